@@ -1,0 +1,156 @@
+"""People and organisations: who logs in, who owns GPUs, who integrates as a partner."""
+
+from __future__ import annotations
+
+import uuid
+import zoneinfo
+from typing import Any, ClassVar
+
+from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models.functions import Lower
+from django.utils import timezone
+
+
+class UserManager(BaseUserManager["User"]):
+    use_in_migrations = True
+
+    def create_user(self, email: str, password: str | None = None, **fields: Any) -> User:
+        if not email:
+            raise ValueError("A user needs an email address.")
+        user = self.model(email=self.normalize_email(email).lower(), **fields)
+        user.set_password(password)
+        user.save(using=self._db)
+        return user
+
+    def create_superuser(self, email: str, password: str | None = None, **fields: Any) -> User:
+        fields.update(is_staff=True, is_superuser=True)
+        return self.create_user(email, password, **fields)
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    """A person who logs in. Email is the login; staff users are operators."""
+
+    email = models.EmailField("email address", max_length=254, unique=True)
+    full_name = models.CharField(max_length=200, blank=True)
+    is_active = models.BooleanField(default=True)
+    is_staff = models.BooleanField(
+        default=False, help_text="Operators: may log in to the operator console."
+    )
+    date_joined = models.DateTimeField(default=timezone.now)
+
+    objects: ClassVar[UserManager] = UserManager()
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+    REQUIRED_FIELDS: ClassVar[list[str]] = []
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(Lower("email"), name="accounts_user_email_ci_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.email
+
+    def clean(self) -> None:
+        super().clean()
+        self.email = self.__class__.objects.normalize_email(self.email).lower()
+
+
+def validate_timezone(value: str) -> None:
+    if value not in zoneinfo.available_timezones():
+        raise ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/Berlin).")
+
+
+def validate_currency(value: str) -> None:
+    if len(value) != 3 or not value.isalpha() or not value.isupper():
+        raise ValidationError(f"{value!r} is not an ISO 4217 currency code (e.g. EUR).")
+
+
+class Owner(models.Model):
+    """A customer that owns GPUs, wholly or in part: a person or a company."""
+
+    class Kind(models.TextChoices):
+        PERSON = "person", "Person"
+        COMPANY = "company", "Company"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    legal_name = models.CharField(max_length=200)
+    contact_email = models.EmailField()
+    billing_currency = models.CharField(max_length=3, default="USD", validators=[validate_currency])
+    time_zone = models.CharField(
+        max_length=64,
+        default="UTC",
+        validators=[validate_timezone],
+        help_text="For display only; all accounting is in UTC.",
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering: ClassVar = ["legal_name"]
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=models.Q(billing_currency__regex=r"^[A-Z]{3}$"),
+                name="accounts_owner_currency_iso4217",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.legal_name
+
+
+class Membership(models.Model):
+    """A user acting for an owner: admins manage the account, viewers only look."""
+
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Admin"
+        VIEWER = "viewer", "Viewer"
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["user", "owner"], name="accounts_membership_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} → {self.owner} ({self.role})"
+
+
+class Partner(models.Model):
+    """An integrating organisation (marketplace, accountant, reseller) reading granted data."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200, unique=True)
+    contact_email = models.EmailField()
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering: ClassVar = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PartnerMember(models.Model):
+    """A user who works for a partner organisation."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="partner_memberships")
+    partner = models.ForeignKey(Partner, on_delete=models.CASCADE, related_name="members")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["user", "partner"], name="accounts_partnermember_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.partner}"

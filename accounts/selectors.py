@@ -1,0 +1,14 @@
+"""Reads about people and organisations, always from the point of view of who asks."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from accounts.models import Owner, User
+
+
+def owners_for_user(*, user: User) -> QuerySet[Owner]:
+    """The owner accounts user may act for; operators see all of them."""
+    if user.is_staff:
+        return Owner.objects.all()
+    return Owner.objects.filter(memberships__user=user).distinct()

@@ -1,0 +1,38 @@
+"""The Celery application: ``celery -A config worker`` and ``celery -A config beat``.
+
+DJANGO_SETTINGS_MODULE must be set by whoever starts the process (compose, the demo, tests):
+importing this module must not change the environment, because ``config`` is imported by
+tools such as ``config.embedded`` whose children choose their own settings.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from celery import Celery
+
+app = Celery("steward")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+BEAT_HEARTBEAT_KEY = "steward:beat:last-tick"
+
+
+@app.task(name="steward.ping")
+def ping() -> dict[str, object]:
+    """Answers from a worker: its pid and the database it reaches (smoke tests, operators)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_database()")
+        (database,) = cursor.fetchone() or ("?",)
+    return {"pong": True, "pid": os.getpid(), "database": database}
+
+
+@app.task(name="steward.beat_heartbeat", ignore_result=True)
+def beat_heartbeat() -> None:
+    """Scheduled by beat every minute, so /readyz can say when beat last ticked."""
+    from django.core.cache import cache
+
+    cache.set(BEAT_HEARTBEAT_KEY, time.time(), timeout=None)

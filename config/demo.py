@@ -1,0 +1,121 @@
+"""``make demo``: one command that brings up a whole Steward on this machine.
+
+Starts the embedded engines when no URLs are given, migrates, loads the demo data, then runs
+the web server, a Celery worker and Celery beat side by side. Ctrl-C (or SIGTERM) stops the
+processes in reverse order, then the engines. Imports no Django: it only supervises.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from config.embedded import BASE_DIR, engines
+
+PYTHON = sys.executable
+DEMO_PASSWORD = "steward-demo-2026"  # noqa: S105 - demo logins, printed on screen
+DEMO_LOGINS = [
+    ("operator", "oscar@steward.example"),
+    ("owner (Alice Compute Ltd)", "alice@owner.example"),
+    ("owner (Bob Chen)", "bob@owner.example"),
+    ("partner (Carol Marketplace)", "carol@partner.example"),
+]
+
+
+def _manage(*args: str, env: dict[str, str]) -> None:
+    subprocess.run([PYTHON, str(BASE_DIR / "manage.py"), *args], env=env, check=True)
+
+
+def _processes(port: int, var_dir: Path) -> list[tuple[str, list[str]]]:
+    celery = [PYTHON, "-m", "celery", "-A", "config"]
+    return [
+        (
+            "web",
+            [PYTHON, str(BASE_DIR / "manage.py"), "runserver", f"127.0.0.1:{port}", "--noreload"],
+        ),
+        (
+            "worker",
+            [
+                *celery,
+                "worker",
+                "--loglevel=INFO",
+                "--concurrency=2",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+        ),
+        (
+            "beat",
+            [*celery, "beat", "--loglevel=INFO", f"--schedule={var_dir / 'celerybeat-schedule'}"],
+        ),
+    ]
+
+
+def _banner(port: int) -> str:
+    logins = "\n".join(f"    {role:<30} {email}" for role, email in DEMO_LOGINS)
+    return (
+        f"\n  Steward demo is running.\n\n"
+        f"    owner portal       http://127.0.0.1:{port}/\n"
+        f"    operator console   http://127.0.0.1:{port}/admin/\n"
+        f"    health             http://127.0.0.1:{port}/readyz\n\n"
+        f"  Logins (password for all: {DEMO_PASSWORD}):\n{logins}\n\n"
+        f"  Ctrl-C stops everything.\n"
+    )
+
+
+def _stop(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
+    for _name, child in reversed(children):
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for _name, child in reversed(children):
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def main() -> int:
+    port = int(os.environ.get("STEWARD_DEMO_PORT", "8000"))
+    var_dir = Path(os.environ.get("STEWARD_VAR_DIR", BASE_DIR / "var")).resolve()
+    stopping = False
+
+    def request_stop(_signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+
+    with engines(var_dir) as added:
+        env = {**os.environ, **added, "DJANGO_SETTINGS_MODULE": "config.settings.dev"}
+        env.setdefault("STEWARD_DEMO_PASSWORD", DEMO_PASSWORD)
+        _manage("migrate", "--noinput", env=env)
+        _manage("seed_demo", env=env)
+        children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        try:
+            for name, command in _processes(port, var_dir):
+                # Own process group: Ctrl-C reaches only us, and we stop children in order.
+                children.append((name, subprocess.Popen(command, env=env, start_new_session=True)))
+            print(_banner(port), flush=True)
+            while not stopping:
+                exited = [
+                    (name, child.returncode) for name, child in children if child.poll() is not None
+                ]
+                if exited:
+                    print(f"demo: {exited[0][0]} exited with {exited[0][1]}; stopping", flush=True)
+                    return 1
+                time.sleep(0.5)
+            print("demo: stopping…", flush=True)
+            return 0
+        finally:
+            _stop(children)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""Everything every environment shares, composed from the per-concern modules."""
+
+from config.settings.api import *
+from config.settings.core import *
+from config.settings.database import *
+from config.settings.logging import *
+from config.settings.mail import *
+from config.settings.queue import *
+from config.settings.security import *

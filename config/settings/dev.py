@@ -1,0 +1,13 @@
+"""Local development and `make demo`: debug on, loopback only, a fixed development key."""
+
+import os
+
+os.environ.setdefault("DEBUG", "true")
+os.environ.setdefault("SECRET_KEY", "dev-only-insecure-key-never-used-in-production-steward")
+os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+os.environ.setdefault("LOG_FORMAT", "text")
+
+from config.settings.base import *
+from config.settings.mail import mailer
+
+MAILERS = {"default": mailer("console")}

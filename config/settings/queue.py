@@ -1,0 +1,44 @@
+"""Redis: the Celery broker, the result store for waiting callers, and the cache.
+
+Redis holds nothing that matters: PostgreSQL is the record, and a periodic sweep re-queues
+any work that Redis lost.
+"""
+
+from config.env import env_int, env_str, redis_from_url
+
+REDIS_URL = env_str(
+    "REDIS_URL",
+    hint=(
+        "Give a redis:// or unix:// URL, or run through `make demo` / `make test`, "
+        "which start an embedded Redis under var/ and set it."
+    ),
+)
+_redis = redis_from_url(REDIS_URL)
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _redis.cache,
+        "KEY_PREFIX": "steward",
+    }
+}
+
+CELERY_BROKER_URL = _redis.celery
+CELERY_RESULT_BACKEND = _redis.celery
+CELERY_RESULT_EXPIRES = 3600
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_DEFAULT_QUEUE", "steward")
+# At-least-once: a task is acknowledged only after it ran, and re-delivered if its
+# worker died. Every task must therefore be idempotent.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 600, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 30 if CELERY_TASK_TIME_LIMIT > 60 else None
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "beat-heartbeat": {"task": "steward.beat_heartbeat", "schedule": 60.0},
+}

@@ -1,0 +1,16 @@
+"""The test suite: real PostgreSQL and Redis (from the environment), fast hashing."""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-only-insecure-key-never-used-in-production-steward")
+os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
+os.environ.setdefault("DEBUG", "false")
+# A queue of its own per test run, so a demo worker on the same Redis never takes its tasks.
+os.environ.setdefault("CELERY_DEFAULT_QUEUE", f"steward-test-{os.getpid()}")
+
+from config.settings.base import *
+from config.settings.mail import mailer
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+MAILERS = {"default": mailer("locmem")}
+CACHES["default"]["KEY_PREFIX"] = "steward-test"

@@ -1,0 +1,1 @@
+"""The NVML agent that runs on GPU nodes. Imports no Django."""

@@ -1,0 +1,157 @@
+"""Shared fixtures: the actors of every story, and a real Celery worker.
+
+oscar operates; alice (Alice Compute Ltd) and bob (Bob Chen) own GPUs; carol is a partner.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+
+from accounts import services as accounts
+from accounts.models import Membership, Owner, Partner, User
+
+PASSWORD = "correct-horse-battery-staple"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def oscar(db: None) -> User:
+    return accounts.user_create(
+        email="oscar@steward.example",
+        password=PASSWORD,
+        full_name="Oscar",
+        is_staff=True,
+        is_superuser=True,
+    )
+
+
+@pytest.fixture
+def alice_owner(db: None) -> Owner:
+    return accounts.owner_create(
+        kind=Owner.Kind.COMPANY,
+        legal_name="Alice Compute Ltd",
+        contact_email="billing@alice.example",
+        billing_currency="EUR",
+        time_zone="Europe/Berlin",
+    )
+
+
+@pytest.fixture
+def bob_owner(db: None) -> Owner:
+    return accounts.owner_create(
+        kind=Owner.Kind.PERSON,
+        legal_name="Bob Chen",
+        contact_email="bob@owner.example",
+    )
+
+
+@pytest.fixture
+def alice(alice_owner: Owner) -> User:
+    user = accounts.user_create(email="alice@owner.example", password=PASSWORD, full_name="Alice")
+    accounts.membership_grant(user=user, owner=alice_owner, role=Membership.Role.ADMIN)
+    return user
+
+
+@pytest.fixture
+def bob(bob_owner: Owner) -> User:
+    user = accounts.user_create(email="bob@owner.example", password=PASSWORD, full_name="Bob")
+    accounts.membership_grant(user=user, owner=bob_owner, role=Membership.Role.ADMIN)
+    return user
+
+
+@pytest.fixture
+def carol_partner(db: None) -> Partner:
+    return accounts.partner_create(name="Carol Marketplace", contact_email="api@partner.example")
+
+
+@pytest.fixture
+def carol(carol_partner: Partner) -> User:
+    user = accounts.user_create(email="carol@partner.example", password=PASSWORD)
+    accounts.partner_member_add(user=user, partner=carol_partner)
+    return user
+
+
+def database_url(db: dict[str, Any]) -> str:
+    """A DATABASE_URL for a Django DATABASES entry (the test database, once created)."""
+    auth = quote(db["USER"] or "")
+    if db["PASSWORD"]:
+        auth += ":" + quote(db["PASSWORD"])
+    host = db["HOST"] or ""
+    if host.startswith("/"):  # a socket directory
+        return f"postgresql://{auth}@/{db['NAME']}?host={quote(host)}"
+    port = f":{db['PORT']}" if db["PORT"] else ""
+    return f"postgresql://{auth}@{host}{port}/{db['NAME']}"
+
+
+@dataclass
+class Worker:
+    queue: str
+    process: subprocess.Popen[bytes]
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup: None) -> Iterator[Worker]:
+    """A real `celery worker` process on the real broker, using the test database.
+
+    Tests that use it need `transactional_db`, so what they write is committed and visible.
+    """
+    from config.celery import ping
+
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": database_url(settings.DATABASES["default"]),
+        "CELERY_DEFAULT_QUEUE": queue,
+        "PYTHONWARNINGS": "ignore",
+    }
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            f"--queues={queue}",
+            f"--hostname=test-{uuid.uuid4().hex[:8]}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel=WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"celery worker exited with {process.returncode}")
+            try:
+                ping.apply_async(queue=queue, ignore_result=False).get(timeout=5)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+        yield Worker(queue=queue, process=process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
