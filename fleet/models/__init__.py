@@ -1,0 +1,29 @@
+"""The fleet: what exists, where it is, who owns it, and what happened to it."""
+
+from fleet.models.inventory import (
+    Cluster,
+    Gpu,
+    GpuModel,
+    LifecycleState,
+    LifecycleTransition,
+    Node,
+    Placement,
+    Site,
+)
+from fleet.models.operations import Incident, IncidentCause, MaintenanceWindow
+from fleet.models.ownership import Ownership
+
+__all__ = [
+    "Cluster",
+    "Gpu",
+    "GpuModel",
+    "Incident",
+    "IncidentCause",
+    "LifecycleState",
+    "LifecycleTransition",
+    "MaintenanceWindow",
+    "Node",
+    "Ownership",
+    "Placement",
+    "Site",
+]

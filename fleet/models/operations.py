@@ -1,0 +1,117 @@
+"""Planned maintenance and unplanned incidents, each scoped to a site, cluster, node or GPU."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from accounts.models import User
+from fleet.models.inventory import Cluster, Gpu, Node, Site
+
+_ONE_SCOPE = (
+    Q(site__isnull=False, cluster__isnull=True, node__isnull=True, gpu__isnull=True)
+    | Q(site__isnull=True, cluster__isnull=False, node__isnull=True, gpu__isnull=True)
+    | Q(site__isnull=True, cluster__isnull=True, node__isnull=False, gpu__isnull=True)
+    | Q(site__isnull=True, cluster__isnull=True, node__isnull=True, gpu__isnull=False)
+)
+
+
+class Scoped(models.Model):
+    """Exactly one of site, cluster, node or GPU says what is affected."""
+
+    site = models.ForeignKey(
+        Site, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    node = models.ForeignKey(
+        Node, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+
+    class Meta:
+        abstract = True
+
+    @property
+    def scope(self) -> Site | Cluster | Node | Gpu:
+        for target in (self.site, self.cluster, self.node, self.gpu):
+            if target is not None:
+                return target
+        raise ValueError("no scope set")
+
+
+class MaintenanceWindow(Scoped):
+    """Planned work, announced in advance; its seconds count as ``maintenance``."""
+
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True, help_text="Shown to affected owners.")
+    announced_at = models.DateTimeField()
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering: ClassVar = ["-starts_at"]
+        constraints: ClassVar = [
+            models.CheckConstraint(condition=_ONE_SCOPE, name="fleet_maintenance_one_scope"),
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=F("starts_at")), name="fleet_maintenance_positive_interval"
+            ),
+            models.CheckConstraint(
+                condition=Q(announced_at__lte=F("starts_at")),
+                name="fleet_maintenance_announced_before_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class IncidentCause(models.TextChoices):
+    HARDWARE = "hardware", "Hardware"
+    POWER = "power", "Power"
+    COOLING = "cooling", "Cooling"
+    NETWORK = "network", "Network"
+    SOFTWARE = "software", "Software"
+    OWNER_REQUESTED = "owner_requested", "Owner-requested"
+
+
+class Incident(Scoped):
+    """Unplanned trouble; its seconds count as ``down``. Open while ``ended_at`` is null."""
+
+    title = models.CharField(max_length=200)
+    cause = models.CharField(max_length=20, choices=IncidentCause.choices)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    notes_for_owners = models.TextField(blank=True, help_text="Visible to affected owners.")
+    internal_notes = models.TextField(blank=True)
+    opened_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering: ClassVar = ["-started_at"]
+        constraints: ClassVar = [
+            models.CheckConstraint(condition=_ONE_SCOPE, name="fleet_incident_one_scope"),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gt=F("started_at")),
+                name="fleet_incident_positive_interval",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    @property
+    def operator_caused(self) -> bool:
+        """Every cause but an owner's own request is the operator's responsibility."""
+        return self.cause != IncidentCause.OWNER_REQUESTED
