@@ -1,0 +1,269 @@
+"""Statement lines for one cluster and period, from plain inputs (rules 4–7).
+
+The caller loads, for every GPU of the cluster, its timeline, ownership slices and rentals,
+plus the cluster's pool amounts and rate cards; ``cluster_lines`` returns one line per
+(owner, GPU, run of constant share) with every figure a statement shows, and the
+operator's part of each GPU's revenue. Nothing here touches the database or a clock, and
+all money is Decimal inside ``money_context()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import StrEnum
+from fractions import Fraction
+
+from billing.engine.intervals import Interval, intersect, normalize
+from billing.engine.money import money_context, round_cents, split_largest_remainder
+from billing.engine.usage import GpuTimeline, Measure
+
+FULL_BPS = 10_000
+OPERATOR = "operator"
+
+
+class PoolBasis(StrEnum):
+    UP_SECONDS = "up_seconds"
+    BUSY_GPU_HOURS = "busy_gpu_hours"
+
+
+@dataclass(frozen=True)
+class RateTerms:
+    """One rate card, in force over ``interval``."""
+
+    interval: Interval
+    hosting_fee_per_gpu_month: Decimal
+    price_per_kwh: Decimal
+    pue: Decimal
+    management_fee_pct: Decimal
+    waive_hosting_in_operator_incidents: bool = False
+
+
+@dataclass(frozen=True)
+class Rental:
+    interval: Interval
+    rate_per_gpu_hour: Decimal
+
+
+@dataclass(frozen=True)
+class OwnershipSlice:
+    """Over ``interval`` the GPU's shares are exactly ``shares`` (owner key → bps)."""
+
+    interval: Interval
+    shares: Mapping[str, int]
+
+
+@dataclass
+class GpuInputs:
+    key: str  # sorts GPUs for the fixed tie-break (the serial)
+    timeline: GpuTimeline
+    ownership: Sequence[OwnershipSlice]
+    rentals: Sequence[Rental] = ()
+
+
+@dataclass(frozen=True)
+class Line:
+    owner: str
+    gpu: str
+    interval: Interval  # the run over which the owner held share_bps
+    share_bps: int
+    measure: Measure  # the GPU's figures over the run (not weighted by share)
+    gross: Decimal
+    hosting_fee: Decimal
+    power_cost: Decimal
+    management_fee: Decimal
+
+    @property
+    def net(self) -> Decimal:
+        return self.gross - self.hosting_fee - self.power_cost - self.management_fee
+
+
+@dataclass(frozen=True)
+class GpuRevenue:
+    gpu: str
+    pool: Decimal
+    rentals: Decimal
+    operator_part: Decimal  # the revenue no owner's share covers
+
+    @property
+    def total(self) -> Decimal:
+        return self.pool + self.rentals
+
+
+@dataclass(frozen=True)
+class ClusterResult:
+    lines: list[Line]
+    revenue: list[GpuRevenue]
+
+
+@dataclass(frozen=True)
+class _Run:
+    owner: str
+    interval: Interval
+    share_bps: int
+
+
+def _owner_runs(slices: Sequence[OwnershipSlice], period: Interval) -> list[_Run]:
+    """Per owner, maximal stretches of constant share, clipped to the period."""
+    runs: list[_Run] = []
+    for s in sorted(slices, key=lambda s: s.interval.start):
+        for piece in intersect([s.interval], [period]):
+            for owner, bps in sorted(s.shares.items()):
+                previous = next((r for r in reversed(runs) if r.owner == owner), None)
+                if (
+                    previous is not None
+                    and previous.share_bps == bps
+                    and previous.interval.end == piece.start
+                ):
+                    runs[runs.index(previous)] = _Run(
+                        owner, Interval(previous.interval.start, piece.end), bps
+                    )
+                else:
+                    runs.append(_Run(owner, piece, bps))
+    return sorted(runs, key=lambda r: (r.interval.start, r.owner))
+
+
+def _basis(measure: Measure, basis: PoolBasis) -> Fraction:
+    return Fraction(measure.up_s) if basis is PoolBasis.UP_SECONDS else Fraction(measure.busy_s)
+
+
+def _rental_exact(gpu: GpuInputs, window: Interval) -> Fraction:
+    total = Fraction(0)
+    for rental in gpu.rentals:
+        for piece in intersect([rental.interval], [window]):
+            up = gpu.timeline.measure(piece).up_s
+            total += Fraction(rental.rate_per_gpu_hour) * up / 3600
+    return total
+
+
+def _pieces(window: Interval, rates: Sequence[RateTerms]) -> list[tuple[Interval, RateTerms]]:
+    out: list[tuple[Interval, RateTerms]] = []
+    for terms in rates:
+        out.extend((piece, terms) for piece in intersect([window], [terms.interval]))
+    covered = normalize(p for p, _ in out)
+    if covered != normalize([window]):
+        raise ValueError(f"no rate card in force for part of {window}")
+    return sorted(out, key=lambda pair: pair[0].start)
+
+
+def cluster_lines(
+    *,
+    period: Interval,
+    gpus: Sequence[GpuInputs],
+    pool_amount: Decimal,
+    pool_basis: PoolBasis,
+    rates: Sequence[RateTerms],
+) -> ClusterResult:
+    with money_context():
+        return _cluster_lines(
+            period, sorted(gpus, key=lambda g: g.key), pool_amount, pool_basis, rates
+        )
+
+
+def _cluster_lines(
+    period: Interval,
+    gpus: Sequence[GpuInputs],
+    pool_amount: Decimal,
+    pool_basis: PoolBasis,
+    rates: Sequence[RateTerms],
+) -> ClusterResult:
+    whole = {gpu.key: gpu.timeline.measure(period) for gpu in gpus}
+    period_s = Fraction(int((period.end - period.start).total_seconds()))
+
+    # Rule 4, pool: split over GPUs by basis, largest remainder, GPUs in key order.
+    pool_by_gpu = {gpu.key: Decimal("0.00") for gpu in gpus}
+    if pool_amount:
+        weights = [(g.key, _decimal(_basis(whole[g.key], pool_basis))) for g in gpus]
+        pool_by_gpu = split_largest_remainder(pool_amount, weights)
+
+    lines: list[Line] = []
+    revenue: list[GpuRevenue] = []
+    for gpu in gpus:
+        runs = _owner_runs(gpu.ownership, period)
+        rental_cents = round_cents(_decimal(_rental_exact(gpu, period)))
+        gpu_total = pool_by_gpu[gpu.key] + rental_cents
+        basis_total = _basis(whole[gpu.key], pool_basis)
+
+        def exact_revenue(
+            window: Interval, gpu: GpuInputs = gpu, basis_total: Fraction = basis_total
+        ) -> Fraction:
+            pool_part = Fraction(0)
+            if basis_total:
+                measure = gpu.timeline.measure(window)
+                pool_part = (
+                    Fraction(pool_by_gpu[gpu.key]) * _basis(measure, pool_basis) / basis_total
+                )
+            return pool_part + _rental_exact(gpu, window)
+
+        # Rule 5: split the GPU's revenue over (owner runs…, operator) by the exact revenue
+        # each would get; largest remainder keeps the parts equal to the whole to the cent.
+        run_revenue = [exact_revenue(run.interval) for run in runs]
+        run_weights = [
+            rev * run.share_bps / FULL_BPS for rev, run in zip(run_revenue, runs, strict=True)
+        ]
+        operator_weight = exact_revenue(period) - sum(run_weights, Fraction(0))
+        parties: list[tuple[int | str, Decimal]] = [
+            (i, _decimal(w)) for i, w in enumerate(run_weights)
+        ]
+        parties.append((OPERATOR, _decimal(max(operator_weight, Fraction(0)))))
+        if gpu_total and any(weight for _, weight in parties):
+            gross_parts = split_largest_remainder(gpu_total, parties)
+        else:
+            gross_parts = {key: Decimal("0.00") for key, _ in parties}
+        revenue.append(
+            GpuRevenue(gpu.key, pool_by_gpu[gpu.key], rental_cents, gross_parts[OPERATOR])
+        )
+
+        for index, run in enumerate(runs):
+            lines.append(_line(gpu, run, gross_parts[index], rates, period_s, exact_revenue))
+    return ClusterResult(lines=lines, revenue=revenue)
+
+
+def _line(
+    gpu: GpuInputs,
+    run: _Run,
+    gross: Decimal,
+    rates: Sequence[RateTerms],
+    period_s: Fraction,
+    exact_revenue: Callable[[Interval], Fraction],
+) -> Line:
+    share = Fraction(run.share_bps, FULL_BPS)
+    hosting = Fraction(0)
+    power = Fraction(0)
+    fee_weighted = Fraction(0)
+    revenue_total = Fraction(0)
+    for piece, terms in _pieces(run.interval, rates):
+        measure = gpu.timeline.measure(piece)
+        charged_s = measure.in_service_s
+        if terms.waive_hosting_in_operator_incidents:
+            charged_s -= measure.operator_incident_s
+        # Rule 6: hosting pro-rated by owned in-service seconds × share over the period.
+        hosting += Fraction(terms.hosting_fee_per_gpu_month) * charged_s * share / period_s
+        power += (
+            Fraction(measure.energy_kwh)
+            * Fraction(terms.pue)
+            * Fraction(terms.price_per_kwh)
+            * share
+        )
+        piece_revenue = exact_revenue(piece)
+        fee_weighted += piece_revenue * Fraction(terms.management_fee_pct) / 100
+        revenue_total += piece_revenue
+    # Management fee: the percentage in force, weighted by where the revenue was earned.
+    fee_rate = fee_weighted / revenue_total if revenue_total else Fraction(0)
+    return Line(
+        owner=run.owner,
+        gpu=gpu.key,
+        interval=run.interval,
+        share_bps=run.share_bps,
+        measure=gpu.timeline.measure(run.interval),
+        gross=gross,
+        hosting_fee=round_cents(_decimal(hosting)),
+        power_cost=round_cents(_decimal(power)),
+        management_fee=round_cents(_decimal(Fraction(gross) * fee_rate)),
+    )
+
+
+def _decimal(value: Fraction) -> Decimal:
+    """An exact rational as a Decimal with far more digits than a cent needs."""
+    return Decimal(value.numerator) / Decimal(value.denominator)

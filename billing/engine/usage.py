@@ -1,0 +1,152 @@
+"""What a GPU did over any interval, to the second, from its telemetry minutes.
+
+A ``GpuTimeline`` holds one GPU's inputs for a period: its telemetry windows (one minute
+each), in-service intervals, maintenance windows and incidents that cover it. ``measure``
+answers for any sub-interval — an ownership slice, a rental, a rate-card piece — so time can
+be cut at any second, including inside a minute (a window's seconds and energy are then
+prorated).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+from billing.engine.intervals import (
+    Interval,
+    StatePartition,
+    intersect,
+    normalize,
+    partition_states,
+    total_seconds,
+)
+
+WINDOW = timedelta(minutes=1)
+UP_STATES = frozenset({"up", "degraded"})
+
+
+@dataclass(frozen=True)
+class TelemetryMinute:
+    """One stored telemetry window: ``[start, start + 1 min)``."""
+
+    start: datetime
+    state: str  # up | degraded | down
+    util_avg: Decimal | None  # 0–100; None when the GPU could not report it
+    energy_kwh: Decimal  # counter delta attributed to this minute (resets already handled)
+
+    @property
+    def interval(self) -> Interval:
+        return Interval(self.start, self.start + WINDOW)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Seconds by state, busy seconds (Σ utilization × up seconds) and energy."""
+
+    in_service_s: int
+    maintenance_s: int
+    down_s: int
+    up_s: int
+    no_data_s: int
+    busy_s: Decimal  # utilization-weighted up seconds
+    energy_kwh: Decimal
+    operator_incident_s: int  # in-service seconds inside an operator-caused incident
+
+    @property
+    def availability(self) -> Fraction | None:
+        """up ÷ (in-service − maintenance); None when there is no such time."""
+        denominator = self.in_service_s - self.maintenance_s
+        return Fraction(self.up_s, denominator) if denominator else None
+
+    @property
+    def utilization(self) -> Fraction | None:
+        """Time-weighted mean utilization over up seconds, 0–1; None without up time."""
+        return Fraction(self.busy_s) / self.up_s if self.up_s else None
+
+    @property
+    def busy_gpu_hours(self) -> Decimal:
+        return self.busy_s / 3600
+
+
+@dataclass
+class GpuTimeline:
+    in_service: Sequence[Interval]
+    minutes: Sequence[TelemetryMinute]
+    maintenance: Sequence[Interval] = ()
+    incidents: Sequence[Interval] = ()
+    operator_incidents: Sequence[Interval] = ()
+    _up: list[Interval] = field(init=False, repr=False)
+    _down: list[Interval] = field(init=False, repr=False)
+    _starts: list[datetime] = field(init=False, repr=False)
+    _measured: dict[Interval, Measure] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.minutes = sorted(self.minutes, key=lambda m: m.start)
+        self._starts = [m.start for m in self.minutes]
+        self._up = normalize(m.interval for m in self.minutes if m.state in UP_STATES)
+        down = [m.interval for m in self.minutes if m.state not in UP_STATES]
+        self._down = normalize([*down, *self.incidents])
+
+    def partition(self, window: Interval) -> StatePartition:
+        return partition_states(
+            in_service=intersect(self.in_service, [window]),
+            maintenance=self.maintenance,
+            down=self._down,
+            up=self._up,
+        )
+
+    def measure(self, window: Interval) -> Measure:
+        """Figures over window; memoized, as statements ask for the same pieces often."""
+        if window not in self._measured:
+            self._measured[window] = self._measure(window)
+        return self._measured[window]
+
+    def _measure(self, window: Interval) -> Measure:
+        parts = self.partition(window)
+        touching = self._minutes_touching(window)
+        up_seconds = _overlaps([m.interval for m in touching], parts.up)
+        service_seconds = _overlaps([m.interval for m in touching], parts.in_service)
+        busy = Decimal(0)
+        energy = Decimal(0)
+        for minute, up_here, counted in zip(touching, up_seconds, service_seconds, strict=True):
+            if minute.util_avg is not None and up_here:
+                busy += minute.util_avg / 100 * up_here
+            if counted:
+                energy += minute.energy_kwh * counted / 60
+        return Measure(
+            in_service_s=parts.in_service_seconds,
+            maintenance_s=total_seconds(parts.maintenance),
+            down_s=total_seconds(parts.down),
+            up_s=total_seconds(parts.up),
+            no_data_s=total_seconds(parts.no_data),
+            busy_s=busy,
+            energy_kwh=energy,
+            operator_incident_s=total_seconds(intersect(parts.in_service, self.operator_incidents)),
+        )
+
+    def _minutes_touching(self, window: Interval) -> Sequence[TelemetryMinute]:
+        first = bisect.bisect_right(self._starts, window.start - WINDOW)
+        last = bisect.bisect_left(self._starts, window.end)
+        return self.minutes[first:last]
+
+
+def _overlaps(windows: Sequence[Interval], intervals: Sequence[Interval]) -> list[int]:
+    """Seconds of each sorted window covered by sorted, disjoint intervals (one sweep)."""
+    out: list[int] = []
+    j = 0
+    for window in windows:
+        while j < len(intervals) and intervals[j].end <= window.start:
+            j += 1
+        covered = 0
+        k = j
+        while k < len(intervals) and intervals[k].start < window.end:
+            start = max(window.start, intervals[k].start)
+            end = min(window.end, intervals[k].end)
+            covered += int((end - start).total_seconds())
+            k += 1
+        out.append(covered)
+    return out
