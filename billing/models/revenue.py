@@ -1,0 +1,157 @@
+"""What a cluster costs (rate cards) and earns (rentals and pool amounts)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from accounts.models import User
+from billing.models.fields import money_field
+from billing.models.periods import Period
+from fleet.models import Cluster, Gpu
+
+
+class ClusterBilling(models.Model):
+    """Per-cluster billing settings."""
+
+    class PoolBasis(models.TextChoices):
+        UP_SECONDS = "up_seconds", "Up seconds"
+        BUSY_GPU_HOURS = "busy_gpu_hours", "Busy GPU-hours"
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.PROTECT, related_name="billing")
+    pool_split_basis = models.CharField(
+        max_length=16,
+        choices=PoolBasis.choices,
+        default=PoolBasis.UP_SECONDS,
+        help_text="How a pool amount is split over the cluster's GPUs.",
+    )
+
+    def __str__(self) -> str:
+        return f"billing of {self.cluster_id}"
+
+
+class RateCard(models.Model):
+    """Fees in force for a cluster, in one currency, over ``[effective_from, effective_to)``.
+
+    Cards of one cluster and currency never overlap (database trigger, billing 0002).
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="rate_cards")
+    currency = models.CharField(max_length=3)
+    effective_from = models.DateTimeField()
+    effective_to = models.DateTimeField(null=True, blank=True)
+    hosting_fee_per_gpu_month = models.DecimalField(
+        max_digits=14, decimal_places=4, validators=[MinValueValidator(0)]
+    )
+    price_per_kwh = models.DecimalField(
+        max_digits=12, decimal_places=6, validators=[MinValueValidator(0)]
+    )
+    pue = models.DecimalField(
+        "PUE", max_digits=5, decimal_places=3, validators=[MinValueValidator(1)]
+    )
+    management_fee_pct = models.DecimalField(
+        max_digits=5, decimal_places=2, validators=[MinValueValidator(0)]
+    )
+    waive_hosting_in_operator_incidents = models.BooleanField(
+        default=False, help_text="No hosting fee for seconds inside an operator-caused incident."
+    )
+    created_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering: ClassVar = ["cluster", "currency", "effective_from"]
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=Q(effective_to__isnull=True) | Q(effective_to__gt=F("effective_from")),
+                name="billing_ratecard_positive_interval",
+            ),
+            models.CheckConstraint(
+                condition=Q(hosting_fee_per_gpu_month__gte=0)
+                & Q(price_per_kwh__gte=0)
+                & Q(pue__gte=1)
+                & Q(management_fee_pct__gte=0)
+                & Q(management_fee_pct__lte=100),
+                name="billing_ratecard_sane_prices",
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=r"^[A-Z]{3}$"), name="billing_ratecard_currency_iso4217"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.currency} from {self.effective_from:%Y-%m-%d}"
+
+
+class Rental(models.Model):
+    """GPUs of a cluster rented over an interval at a rate per GPU-hour."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="rentals")
+    gpus = models.ManyToManyField(Gpu, through="RentalGpu", related_name="rentals")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    rate_per_gpu_hour = models.DecimalField(
+        max_digits=12, decimal_places=6, validators=[MinValueValidator(0)]
+    )
+    currency = models.CharField(max_length=3)
+    customer_reference = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering: ClassVar = ["-starts_at"]
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=F("starts_at")), name="billing_rental_positive_interval"
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_per_gpu_hour__gte=0), name="billing_rental_rate_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"rental {self.pk} on {self.cluster_id}"
+
+
+class RentalGpu(models.Model):
+    rental = models.ForeignKey(Rental, on_delete=models.CASCADE)
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["rental", "gpu"], name="billing_rentalgpu_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} in rental {self.rental_id}"
+
+
+class PoolRevenue(models.Model):
+    """An amount a cluster earned in a period, split over its GPUs."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
+    period = models.ForeignKey(Period, on_delete=models.PROTECT, related_name="pools")
+    amount = money_field(validators=[MinValueValidator(0)])
+    currency = models.CharField(max_length=3)
+    description = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=Q(amount__gte=0), name="billing_pool_amount_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"pool {self.amount} {self.currency} for {self.cluster_id}"
