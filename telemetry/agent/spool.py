@@ -139,7 +139,7 @@ class Spool:
         now = self.clock.now()
         kept = quarantined = 0
         try:
-            for seq, row, error in _readable_batches(old):
+            for seq, row, error in _salvageable_batches(old, aside):
                 if row is None:
                     quarantined += 1
                     fresh.execute(
@@ -403,6 +403,48 @@ def _is_corruption(exc: BaseException) -> bool:
 _ROW_SQL = (
     "SELECT batch_id, created_at, body, body_sha256, n_windows, n_events FROM batch WHERE seq = ?"
 )
+
+
+def _salvageable_batches(
+    old: sqlite3.Connection, aside: str
+) -> Iterator[tuple[int, tuple[Any, ...] | None, str]]:
+    """Rows of the damaged file; if some are unreadable, try again on a header-fixed copy."""
+    found = dict((seq, (row, error)) for seq, row, error in _readable_batches(old))
+    if all(row is not None for row, _ in found.values()) and found:
+        yield from ((seq, row, err) for seq, (row, err) in sorted(found.items()))
+        return
+    patched = _header_patched_copy(aside)
+    if patched is not None:
+        again = sqlite3.connect(patched, isolation_level=None)
+        try:
+            for seq, row, error in _readable_batches(again):
+                if found.get(seq, (None, ""))[0] is None:
+                    found[seq] = (row, error)
+        finally:
+            again.close()
+            Path(patched).unlink(missing_ok=True)
+    yield from ((seq, row, err) for seq, (row, err) in sorted(found.items()))
+
+
+def _header_patched_copy(aside: str) -> str | None:
+    """A copy whose header page count matches the file, for a file cut short.
+
+    SQLite trusts the page count in the header and calls the whole file malformed when the
+    file is shorter; with the count fixed, every page that survived reads normally again.
+    """
+    raw = bytearray(Path(aside).read_bytes())
+    if len(raw) < 100 or not raw.startswith(b"SQLite format 3\x00"):
+        return None
+    page_size = int.from_bytes(raw[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    claimed = int.from_bytes(raw[28:32], "big")
+    actual = len(raw) // page_size
+    if not 0 < actual < claimed:
+        return None
+    raw[28:32] = actual.to_bytes(4, "big")
+    copy = f"{aside}.readable"
+    Path(copy).write_bytes(bytes(raw[: actual * page_size]))
+    return copy
 
 
 def _readable_batches(
