@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import __version__
+from .clock import Clock
 from .events import AgentEvent, EventKind
 from .kmsg import KernelLogReader, XidLine, pci_key
 from .node import LOST, MISSING, PENDING, RESET, STALL, GpuTrack, handle_key
@@ -51,7 +52,7 @@ class Agent:
         self,
         *,
         nvml: NvmlModule,
-        clock: Any,
+        clock: Clock,
         spool: Spool,
         config: AgentConfig | None = None,
         kernel_log: KernelLogReader | None = None,
@@ -120,9 +121,10 @@ class Agent:
     def run(self, stop: Any, until: float | None = None) -> None:
         """Tick until `stop` (a threading.Event) is set or the clock passes `until`."""
         while not stop.is_set():
-            due = self.tick()
+            # Checked before ticking: a late wake-up must not open the window after `until`.
             if until is not None and self.clock.now() >= until:
                 return
+            due = self.tick()
             if until is not None:
                 due = min(due, until)
             delay = due - self.clock.now()

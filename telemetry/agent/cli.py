@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
         scenario = load_scenario(args.fake)
     clock = _agent_clock(args, scenario)
+    if scenario is not None:
+        scenario.start = clock.now()  # fault offsets count from the simulated node's start
     nvml, kmsg_path = _nvml_and_kmsg(args, scenario, clock)
     spool = Spool(
         args.spool,
@@ -175,9 +177,11 @@ def _run(args: argparse.Namespace, agent: Agent, uploader: Uploader, clock: Cloc
     signal.signal(signal.SIGINT, on_signal)
     until = None
     if args.once:
-        until = float(window_start(clock.now()) + 60)
+        until = float(window_start(clock.now()) + 60)  # the window we are in, to its end
     elif args.duration:
         until = clock.now() + args.duration
+    if isinstance(clock, ScaledClock):
+        clock.resume()
     sender = threading.Thread(target=uploader.run, args=(stop,), name="uploader", daemon=True)
     sender.start()
     log.info("agent %s started (%s)", __version__, f"fake: {args.fake}" if args.fake else "pynvml")

@@ -74,16 +74,26 @@ class FakeClock:
 
 
 class ScaledClock:
-    """Time that runs `speed` times faster than real time from `start` (for demos)."""
+    """Time that runs `speed` times faster than real time from `start` (for demos).
+
+    It stands still at `start` until `resume()`, so setting up a simulated node (which can
+    take a noticeable fraction of a real second) does not eat into its first minute.
+    """
 
     def __init__(self, start: float, speed: float) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self._start = float(start)
         self._speed = float(speed)
-        self._mono0 = time.monotonic()
+        self._mono0: float | None = None
+
+    def resume(self) -> None:
+        if self._mono0 is None:
+            self._mono0 = time.monotonic()
 
     def now(self) -> float:
+        if self._mono0 is None:
+            return self._start
         return self._start + (time.monotonic() - self._mono0) * self._speed
 
     def sleep(self, seconds: float) -> None:

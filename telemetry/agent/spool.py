@@ -409,7 +409,7 @@ def _salvageable_batches(
     old: sqlite3.Connection, aside: str
 ) -> Iterator[tuple[int, tuple[Any, ...] | None, str]]:
     """Rows of the damaged file; if some are unreadable, try again on a header-fixed copy."""
-    found = dict((seq, (row, error)) for seq, row, error in _readable_batches(old))
+    found = {seq: (row, error) for seq, row, error in _readable_batches(old)}
     if all(row is not None for row, _ in found.values()) and found:
         yield from ((seq, row, err) for seq, (row, err) in sorted(found.items()))
         return

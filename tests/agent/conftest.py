@@ -93,6 +93,14 @@ class Node:
                 return
             self.clock.set(min(max(due, now + 0.001), until))
 
+    def deliver_until(self, until: float) -> None:
+        """Only the uploader runs (the agent has stopped): drain the spool."""
+        assert self.uploader is not None
+        while self.clock.now() < until and self.spool.count():
+            due = self.uploader.pump()
+            if due > self.clock.now():
+                self.clock.set(min(due, until))
+
     def close(self) -> None:
         if self.closed:
             return

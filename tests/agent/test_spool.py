@@ -3,7 +3,8 @@
 import logging
 import secrets
 import shutil
-import sqlite3
+
+import pytest
 
 from telemetry.agent.clock import FakeClock
 from telemetry.agent.schema import build_body, read_body
@@ -49,10 +50,8 @@ def test_state_is_written_with_the_batch(tmp_path):
     def broken(batch_id, extra):
         raise RuntimeError("no body")
 
-    try:
+    with pytest.raises(RuntimeError):
         spool.seal(broken, n_windows=0, n_events=0, state={"kmsg.cursor": {"offset": 99}})
-    except RuntimeError:
-        pass
     assert spool.get_state("kmsg.cursor") == {"offset": 42}  # rolled back together
     assert spool.count() == 1
     spool.close()

@@ -68,6 +68,7 @@ class FakeNvml:
         self._next_set = 1
         self.schedule: list[tuple[float, Any]] = []  # (when, callable(FakeNvml)) sorted
         self.calls: collections.Counter[str] = collections.Counter()
+        self._fault_time: float | None = None
         now = clock.now()
         for gpu in self.gpus:
             gpu.loaded_at = now
@@ -92,7 +93,7 @@ class FakeNvml:
     def lose_gpu(self, slot: int) -> None:
         gpu = self.gpus[slot]
         gpu.lost = True
-        self.kernel_log.xid(self._clock.now(), gpu, 79, "GPU has fallen off the bus.")
+        self.kernel_log.xid(self._when(), gpu, 79, "GPU has fallen off the bus.")
 
     def require_reset(self, slot: int) -> None:
         gpu = self.gpus[slot]
@@ -115,7 +116,7 @@ class FakeNvml:
                     if es.registered.get(slot, 0) & pynvml.nvmlEventTypeXidCriticalError:
                         es.pending.append((slot, pynvml.nvmlEventTypeXidCriticalError, xid))
         if kmsg:
-            self.kernel_log.xid(self._clock.now(), gpu, xid, "")
+            self.kernel_log.xid(self._when(), gpu, xid, "")
 
     def fail_next(self, slot: int | None, call: str, code: int, count: int = 1) -> None:
         """The next `count` calls of `call` (on GPU `slot`, or node-wide) raise NVMLError(code)."""
@@ -154,6 +155,9 @@ class FakeNvml:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _when(self) -> float:
+        return self._fault_time if self._fault_time is not None else self._clock.now()
+
     def _apply_due(self) -> None:
         if not self.schedule:
             return
@@ -162,8 +166,13 @@ class FakeNvml:
             with self._lock:
                 if not self.schedule or self.schedule[0][0] > now:
                     return
-                _, action = self.schedule.pop(0)
-            action(self)
+                when, action = self.schedule.pop(0)
+            # Scheduled faults are dated when they were due, not when a call noticed them.
+            self._fault_time = when
+            try:
+                action(self)
+            finally:
+                self._fault_time = None
 
     def _enter(self, call: str, slot: int | None) -> None:
         self.calls[call] += 1
@@ -406,7 +415,7 @@ class FakeNvml:
 
     def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
         gpu = self._gpu(handle, "nvmlDeviceGetSupportedEventTypes")
-        mask = pynvml.nvmlEventTypePState | pynvml.nvmlEventTypeClock
+        mask: int = pynvml.nvmlEventTypePState | pynvml.nvmlEventTypeClock
         if gpu.model.has("xid_events"):
             mask |= pynvml.nvmlEventTypeXidCriticalError
         if gpu.model.has("ecc"):

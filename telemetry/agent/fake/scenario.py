@@ -166,8 +166,8 @@ def load_scenario(source: str | Path) -> Scenario:
     """Load a scenario from a path, or by name from the scenarios shipped with the agent."""
     path = Path(source)
     if not path.exists():
-        shipped = resources.files("telemetry.agent") / "scenarios" / str(source)
-        for candidate in (shipped, shipped.with_name(f"{source}.toml")):
+        shipped = resources.files("telemetry.agent") / "scenarios"
+        for candidate in (shipped / str(source), shipped / f"{source}.toml"):
             if candidate.is_file():
                 path = Path(str(candidate))
                 break
