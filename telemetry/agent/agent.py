@@ -90,8 +90,12 @@ class Agent:
         now = clock.now()
         self.next_slot = (int(now // interval) + (0 if now % interval == 0 else 1)) * interval
         for uuid, identity in self.known.items():
-            # Known from an earlier run: they get windows (down) even if NVML never comes up.
+            # Known from an earlier run: they get windows (down) even if NVML never comes up,
+            # and kernel-log XIDs map to them before the first enumeration.
             self._track(uuid, identity).condition = PENDING
+            key = pci_key(identity.get("pci_bus_id") or "")
+            if key is not None:
+                self.by_pci[key] = uuid
 
     # -- the loop --------------------------------------------------------------------------
 

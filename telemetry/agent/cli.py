@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         transport,
         bootstrap_token=args.bootstrap_token,
         hostname=args.hostname,
-        gpus=lambda: list(agent.known.values()),
+        gpus=lambda: list(agent.known.copy().values()),  # read from the uploader thread
         agent_version=__version__,
         now=real.now,
         server=args.server,
@@ -191,8 +191,12 @@ def _run(args: argparse.Namespace, agent: Agent, uploader: Uploader, clock: Cloc
         agent.shutdown()
         stop.set()
         uploader.wake.set()
-        sender.join(timeout=10)
+        # A POST in flight may take up to the transport timeout; never share its connection.
+        sender.join(timeout=uploader.transport.timeout_s + 5)
     deadline = time.monotonic() + args.drain_timeout
+    if sender.is_alive():
+        log.error("uploader did not stop; leaving the spool for the next run")
+        deadline = time.monotonic()
     while agent.spool.count() and time.monotonic() < deadline:
         due = uploader.pump()
         if uploader.status == "auth_failed":

@@ -64,6 +64,13 @@ CREATE TABLE IF NOT EXISTS quarantine (
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
+_SALVAGE_COPIES = (
+    ("SELECT key, value FROM state", "INSERT OR IGNORE INTO state VALUES (?, ?)"),
+    (
+        "SELECT batch_id, created_at, dead_at, status, response, body, reported FROM dead_letter",
+        "INSERT OR IGNORE INTO dead_letter VALUES (?, ?, ?, ?, ?, ?, ?)",
+    ),
+)
 _DROPPED_KEY = "spool.dropped"
 _GZIP_MAGIC = b"\x1f\x8b"
 BuildBody = Callable[[str, list[dict[str, Any]]], bytes]
@@ -162,14 +169,12 @@ class Spool:
                     "n_windows, n_events) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (seq, batch_id, created_at, body, digest, len(body), n_windows, n_events),
                 )
-            for table in ("state", "dead_letter"):
+            for select, insert in _SALVAGE_COPIES:
                 try:
-                    rows = old.execute(f"SELECT * FROM {table}").fetchall()  # noqa: S608
+                    rows = old.execute(select).fetchall()
                 except sqlite3.DatabaseError:
                     continue
-                marks = ", ".join("?" * len(rows[0])) if rows else ""
-                for values in rows:
-                    fresh.execute(f"INSERT OR IGNORE INTO {table} VALUES ({marks})", values)  # noqa: S608
+                fresh.executemany(insert, rows)
         finally:
             old.close()
         log.error("spool salvage kept %d batches, quarantined %d", kept, quarantined)

@@ -18,4 +18,4 @@ def rfc3339_ms(ts: float) -> str:
 
 
 def parse_rfc3339(text: str) -> float:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return dt.datetime.fromisoformat(text).timestamp()  # 3.11+ reads a trailing Z

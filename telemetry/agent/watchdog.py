@@ -58,8 +58,10 @@ class Watchdog:
                 return
             try:
                 job.result = job.fn()
-            except BaseException as exc:  # handed to the caller as is
-                job.error = exc
+            except BaseException as exc:
+                job.error = exc  # handed to the caller as is
+                if not isinstance(exc, Exception):
+                    raise  # SystemExit and the like end the worker, as they should
             finally:
                 job.done.set()
 

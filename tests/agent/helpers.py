@@ -4,6 +4,7 @@ import sqlite3
 from typing import Any
 
 from telemetry.agent.schema import read_body
+from telemetry.agent.spool import Spool, SpooledBatch
 
 
 def spooled_docs(path: str) -> list[dict[str, Any]]:
@@ -22,3 +23,10 @@ def windows_of(docs: list[dict[str, Any]], gpu_uuid: str | None = None) -> list[
 
 def events_of(docs: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
     return [e for d in docs for e in d["events"] if kind in (None, e["kind"])]
+
+
+def head(spool: Spool) -> SpooledBatch:
+    """The oldest deliverable batch, which the test knows exists."""
+    batch = spool.oldest()
+    assert batch is not None
+    return batch

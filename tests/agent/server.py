@@ -60,8 +60,7 @@ class FakeSteward:
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def start(self) -> FakeSteward:
         self.thread.start()

@@ -27,6 +27,7 @@ def test_bootstrap_token_is_exchanged_once_for_a_key_written_0600(tmp_path, stew
         server=steward.url,
     )
     creds = source()
+    assert creds is not None
     assert (creds.node_id, creds.node_key) == (steward.node_id, steward.node_key)
     mode = stat.S_IMODE((tmp_path / "etc" / "node.key").stat().st_mode)
     assert mode == 0o600

@@ -1,8 +1,11 @@
 """Every NVML error mapping, driven through the agent by the fake NVML."""
 
+from typing import Any
+
 import pynvml
 
 from telemetry.agent.agent import AgentConfig
+from telemetry.agent.clock import FakeClock
 from telemetry.agent.fake import FakeGpu, FakeNvml
 from telemetry.agent.fake.models import model
 
@@ -10,15 +13,15 @@ from .conftest import START
 from .helpers import events_of, spooled_docs, windows_of
 
 
-def one_gpu(clock, key):
+def one_gpu(clock: FakeClock, key: str) -> FakeNvml:
     return FakeNvml(clock, [FakeGpu(slot=0, model=model(key), bus=0x18, seed=5)])
 
 
-def docs(node):
+def docs(node: Any) -> list[dict[str, Any]]:
     return spooled_docs(str(node.tmp / "spool.db"))
 
 
-def at(windows, minute):
+def at(windows: list[dict[str, Any]], minute: int) -> dict[str, Any]:
     (w,) = [w for w in windows if w["window_start"] == f"2026-11-21T10:{minute:02d}:00Z"]
     return w
 

@@ -125,9 +125,12 @@ def test_transient_errors_and_hangs():
     assert fake.nvmlDeviceGetPowerUsage(h) > 0
     fake.hang(0, "nvmlDeviceGetTemperature")
     done = threading.Event()
-    threading.Thread(
-        target=lambda: (fake.nvmlDeviceGetTemperature(h, 0), done.set()), daemon=True
-    ).start()
+
+    def read() -> None:
+        fake.nvmlDeviceGetTemperature(h, 0)
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
     assert not done.wait(0.05)
     fake.release_hangs()
     assert done.wait(1)

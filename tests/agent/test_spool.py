@@ -3,6 +3,7 @@
 import logging
 import secrets
 import shutil
+from typing import Any
 
 import pytest
 
@@ -11,13 +12,14 @@ from telemetry.agent.schema import build_body, read_body
 from telemetry.agent.spool import Spool
 
 from .conftest import START
+from .helpers import head
 
 
-def seal(spool, n=1, pad=0, **kw):
+def seal(spool: Spool, n: int = 1, pad: int = 0, **kw: Any) -> list[str]:
     ids = []
     for i in range(n):
 
-        def build(batch_id, extra, i=i):
+        def build(batch_id: str, extra: list[dict[str, Any]], i: int = i) -> bytes:
             return build_body(
                 batch_id=batch_id,
                 sealed_at=spool.clock.now(),
@@ -34,11 +36,11 @@ def seal(spool, n=1, pad=0, **kw):
 def test_oldest_first_and_delete_only_on_request(tmp_path):
     spool = Spool(str(tmp_path / "s.db"), clock=FakeClock(START))
     ids = seal(spool, 3)
-    assert spool.oldest().batch_id == ids[0]
-    assert spool.oldest().batch_id == ids[0]  # reading never removes
+    assert head(spool).batch_id == ids[0]
+    assert head(spool).batch_id == ids[0]  # reading never removes
     spool.delete(ids[0])
-    assert [spool.oldest().batch_id, spool.count()] == [ids[1], 2]
-    assert read_body(spool.oldest().body)["batch_id"] == ids[1]
+    assert [head(spool).batch_id, spool.count()] == [ids[1], 2]
+    assert read_body(head(spool).body)["batch_id"] == ids[1]
     spool.close()
 
 
@@ -76,11 +78,12 @@ def test_size_cap_drops_oldest_and_reports_it_in_a_later_batch(tmp_path, caplog)
     spool.close()
 
 
-def _body(spool, batch_id):
+def _body(spool: Spool, batch_id: str) -> bytes:
     with spool._lock:
         (body,) = spool._db.execute(
             "SELECT body FROM batch WHERE batch_id = ?", (batch_id,)
         ).fetchone()
+    assert isinstance(body, bytes)
     return body
 
 
@@ -100,7 +103,7 @@ def test_age_cap(tmp_path):
 def test_dead_letter_is_reported_once_in_the_next_batch(tmp_path):
     spool = Spool(str(tmp_path / "s.db"), clock=FakeClock(START))
     (bad,) = seal(spool, 1)
-    spool.dead_letter(spool.oldest(), 422, '{"windows": ["bad"]}')
+    spool.dead_letter(head(spool), 422, '{"windows": ["bad"]}')
     assert spool.count() == 0
     assert spool.dead_letters() == [(bad, 422, '{"windows": ["bad"]}')]
     (first,) = seal(spool, 1)
@@ -122,9 +125,9 @@ def test_torn_row_is_quarantined_and_the_rest_delivered(tmp_path):
         spool._db.execute(
             "UPDATE batch SET body = substr(body, 1, 20) WHERE batch_id = ?", (ids[1],)
         )
-    assert spool.oldest().batch_id == ids[0]
+    assert head(spool).batch_id == ids[0]
     spool.delete(ids[0])
-    assert spool.oldest().batch_id == ids[2]
+    assert head(spool).batch_id == ids[2]
     assert spool.quarantined() == [(2, ids[1], "body does not match its sha256")]
     (report,) = seal(spool, 1)
     (q,) = [

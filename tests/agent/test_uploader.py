@@ -6,6 +6,7 @@ import hmac
 import logging
 import random
 import re
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from telemetry.agent.transport import HttpTransport
 from telemetry.agent.uploader import Uploader
 
 from .conftest import START
+from .helpers import head
 from .server import DROP, FakeSteward
 
 
@@ -39,8 +41,8 @@ def rig(tmp_path, clock, steward):
     spool.close()
 
 
-def seal(spool, n=1):
-    def build(batch_id, extra):
+def seal(spool: Spool, n: int = 1) -> list[str]:
+    def build(batch_id: str, extra: list[dict[str, Any]]) -> bytes:
         return build_body(
             batch_id=batch_id, sealed_at=spool.clock.now(), agent={}, gpus=[], windows=[],
             events=extra,
@@ -64,7 +66,7 @@ def test_signing_string_and_header_format():
 def test_accepted_batch_is_deleted_and_request_is_signed(rig, clock):
     spool, uploader, server, _ = rig
     (bid,) = seal(spool)
-    body = spool.oldest().body
+    body = head(spool).body
     assert uploader.pump() == clock.now()
     assert spool.count() == 0
     (req,) = server.batch_requests()

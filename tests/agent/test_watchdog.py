@@ -31,9 +31,14 @@ def test_a_hung_call_is_reported_and_blocks_further_calls_until_it_returns():
         wd.call(lambda: 1, 0.02)
     assert second.value.still_running is True
     release.set()
-    for _ in range(200):
-        if not wd.stalled:
-            break
-        threading.Event().wait(0.005)
+    assert wait_until(lambda: not wd.stalled)
     assert wd.call(lambda: 7, 1.0) == 7
     wd.close()
+
+
+def wait_until(condition, seconds: float = 2.0) -> bool:
+    for _ in range(int(seconds / 0.005)):
+        if condition():
+            return True
+        threading.Event().wait(0.005)
+    return False

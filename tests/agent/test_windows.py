@@ -1,6 +1,7 @@
 """Window aggregation, exact to the sample."""
 
 from fractions import Fraction
+from typing import Any
 
 from telemetry.agent.windows import WindowBuilder, health_from_values, window_start
 
@@ -8,7 +9,7 @@ from .conftest import START
 from .helpers import spooled_docs, windows_of
 
 
-def values(**kw):
+def values(**kw: Any) -> dict[str, Any]:
     base = dict.fromkeys(
         [
             "util_gpu", "util_mem", "mem_used_bytes", "mem_total_bytes", "power_mw", "energy_mj",

@@ -28,9 +28,11 @@ def test_pci_keys_match_between_nvml_and_kernel_forms():
 def test_parse_kmsg_record_iso_line_and_bare_line():
     rec = "4,1234,5000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid='<unknown>', GPU has fallen off"
     x = parse_line(rec, now=99.0, boot_time=1000.0)
+    assert x is not None
     assert (x.xid, x.pci, x.seq, x.occurred_at) == (79, (0, 0x1B, 0), 1234, 1005.0)
     iso = "2026-11-21T10:12:00.250000+00:00 host kernel: NVRM: Xid (PCI:0000:2a:00): 94, Contained"
     y = parse_line(iso, now=0.0, boot_time=0.0)
+    assert y is not None
     assert (y.xid, y.pci, y.occurred_at, y.message) == (
         94,
         (0, 0x2A, 0),
@@ -38,6 +40,7 @@ def test_parse_kmsg_record_iso_line_and_bare_line():
         "Contained",
     )
     z = parse_line("NVRM: Xid (0000:3a:00): 13, Graphics Exception", now=5.0, boot_time=0.0)
+    assert z is not None
     assert (z.xid, z.occurred_at) == (13, 5.0)
     assert parse_line("usb 1-1: new device", now=0.0, boot_time=0.0) is None
 

@@ -25,6 +25,10 @@ from .device import RECOVERY_GPU_RESET, RECOVERY_NONE, FakeGpu
 from .kernel_log import FakeKernelLog
 
 _GEN_STRIDE = 0x100000
+# pynvml's functions: the fake must implement each one it offers, never borrow the real one.
+_REAL_FUNCTIONS = frozenset(
+    name for name, value in vars(pynvml).items() if isinstance(value, types.FunctionType)
+)
 
 
 @dataclass(slots=True)
@@ -77,10 +81,9 @@ class FakeNvml:
     # -- module look-alike ---------------------------------------------------------------
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(pynvml, name)
-        if isinstance(value, types.FunctionType):
+        if name in _REAL_FUNCTIONS:
             raise AttributeError(f"the fake NVML does not implement {name}")
-        return value
+        return getattr(pynvml, name)
 
     # -- fault injection -----------------------------------------------------------------
 

@@ -106,10 +106,10 @@ def parse_offset(value: object) -> float:
 def _error_code(value: object) -> int:
     if isinstance(value, int):
         return value
-    code = getattr(pynvml, f"NVML_ERROR_{str(value).upper()}", None)
-    if not isinstance(code, int):
-        raise ValueError(f"unknown NVML error {value!r}")
-    return code
+    try:
+        return int(getattr(pynvml, f"NVML_ERROR_{str(value).upper()}"))
+    except AttributeError:
+        raise ValueError(f"unknown NVML error {value!r}") from None
 
 
 def _fault_action(fault: dict[str, Any]) -> Callable[[FakeNvml], None]:
