@@ -1,0 +1,126 @@
+"""Per-model capability matrices for the fake NVML.
+
+Each capability names a group of NVML queries; a model without it answers NotSupported, the way
+the real driver does (a GeForce card has no serial, no ECC and no row remapper; only Hopper and
+newer have GPM; pre-Ampere cards retire pages instead of remapping rows).  The V100 entry also
+lacks ``memory_v2`` to exercise the agent's fallback to ``nvmlDeviceGetMemoryInfo`` v1, as seen
+on older driver branches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1024 * 1024
+
+ALL_CAPS = frozenset(
+    {
+        "serial",
+        "board_part_number",
+        "ecc",
+        "remapped_rows",
+        "retired_pages",
+        "memory_v2",
+        "energy",
+        "pcie_replay",
+        "recovery_action",
+        "gpm",
+        "clocks_event_reasons",
+        "xid_events",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    key: str
+    name: str
+    part_number: str
+    memory_total: int  # bytes, as NVML reports it
+    power_idle_mw: int
+    power_max_mw: int
+    sm_clock_idle: int
+    sm_clock_max: int
+    mem_clock: int
+    caps: frozenset[str]
+
+    def has(self, cap: str) -> bool:
+        return cap in self.caps
+
+
+_DATACENTER = ALL_CAPS - {"retired_pages", "gpm"}
+
+MODELS: dict[str, GpuModel] = {
+    model.key: model
+    for model in (
+        GpuModel(
+            key="H100-SXM5-80GB",
+            name="NVIDIA H100 80GB HBM3",
+            part_number="692-2G520-0200-000",
+            memory_total=81559 * MIB,
+            power_idle_mw=70_000,
+            power_max_mw=700_000,
+            sm_clock_idle=345,
+            sm_clock_max=1980,
+            mem_clock=2619,
+            caps=_DATACENTER | {"gpm"},
+        ),
+        GpuModel(
+            key="A100-SXM4-80GB",
+            name="NVIDIA A100-SXM4-80GB",
+            part_number="692-2G506-0210-002",
+            memory_total=81920 * MIB,
+            power_idle_mw=60_000,
+            power_max_mw=400_000,
+            sm_clock_idle=210,
+            sm_clock_max=1410,
+            mem_clock=1593,
+            caps=_DATACENTER,
+        ),
+        GpuModel(
+            key="L40S",
+            name="NVIDIA L40S",
+            part_number="900-2G133-0080-000",
+            memory_total=46068 * MIB,
+            power_idle_mw=32_000,
+            power_max_mw=350_000,
+            sm_clock_idle=210,
+            sm_clock_max=2520,
+            mem_clock=9001,
+            caps=_DATACENTER,
+        ),
+        GpuModel(
+            key="V100-SXM2-32GB",
+            name="Tesla V100-SXM2-32GB",
+            part_number="900-2G503-0430-000",
+            memory_total=32768 * MIB,
+            power_idle_mw=40_000,
+            power_max_mw=300_000,
+            sm_clock_idle=135,
+            sm_clock_max=1530,
+            mem_clock=877,
+            caps=ALL_CAPS - {"remapped_rows", "memory_v2", "recovery_action", "gpm"},
+        ),
+        GpuModel(
+            key="RTX-4090",
+            name="NVIDIA GeForce RTX 4090",
+            part_number="",
+            memory_total=24564 * MIB,
+            power_idle_mw=20_000,
+            power_max_mw=450_000,
+            sm_clock_idle=210,
+            sm_clock_max=2520,
+            mem_clock=10501,
+            caps=frozenset(
+                {"memory_v2", "energy", "pcie_replay", "clocks_event_reasons", "xid_events"}
+            ),
+        ),
+    )
+}
+
+
+def model(key: str) -> GpuModel:
+    try:
+        return MODELS[key]
+    except KeyError:
+        raise ValueError(f"unknown fake GPU model {key!r}; known: {sorted(MODELS)}") from None
