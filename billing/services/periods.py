@@ -1,0 +1,24 @@
+"""Accounting periods: calendar months in UTC unless said otherwise."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.core.exceptions import ValidationError
+
+from billing.models import Period
+
+
+def month_bounds(*, year: int, month: int) -> tuple[datetime, datetime]:
+    if not 1 <= month <= 12:
+        raise ValidationError({"month": f"{month} is not a month (1-12)."})
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+def period_for_month(*, year: int, month: int) -> Period:
+    """The period of a calendar month, created open if it does not exist yet."""
+    start, end = month_bounds(year=year, month=month)
+    period, _ = Period.objects.get_or_create(start=start, defaults={"end": end})
+    return period

@@ -1,0 +1,216 @@
+"""Rate cards, rentals and pool amounts: what operators enter about money."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from accounts.models import User
+from billing.models import ClusterBilling, Period, PoolRevenue, RateCard, Rental, RentalGpu
+from fleet.models import Cluster, Gpu, Placement
+
+
+def _aware(name: str, value: datetime) -> None:
+    if value.tzinfo is None:
+        raise ValidationError({name: "must be an aware UTC datetime."})
+
+
+def _currency(value: str) -> str:
+    if len(value) != 3 or not value.isalpha() or not value.isupper():
+        raise ValidationError({"currency": f"{value!r} is not an ISO 4217 code (e.g. EUR)."})
+    return value
+
+
+def _not_negative(**values: Decimal) -> None:
+    errors = {
+        name: f"must not be negative (got {value})." for name, value in values.items() if value < 0
+    }
+    if errors:
+        raise ValidationError(errors)
+
+
+def rate_card_create(
+    *,
+    cluster: Cluster,
+    currency: str,
+    effective_from: datetime,
+    effective_to: datetime | None,
+    hosting_fee_per_gpu_month: Decimal,
+    price_per_kwh: Decimal,
+    pue: Decimal,
+    management_fee_pct: Decimal,
+    waive_hosting_in_operator_incidents: bool,
+    by: User,
+) -> RateCard:
+    _aware("effective_from", effective_from)
+    if effective_to is not None:
+        _aware("effective_to", effective_to)
+        if effective_to <= effective_from:
+            raise ValidationError({"effective_to": "must be after effective_from."})
+    _not_negative(
+        hosting_fee_per_gpu_month=hosting_fee_per_gpu_month,
+        price_per_kwh=price_per_kwh,
+        management_fee_pct=management_fee_pct,
+    )
+    if pue < 1:
+        raise ValidationError({"pue": f"must be at least 1 (got {pue})."})
+    if management_fee_pct > 100:
+        raise ValidationError({"management_fee_pct": "must be at most 100."})
+    overlapping = RateCard.objects.filter(
+        Q(effective_to__isnull=True) | Q(effective_to__gt=effective_from),
+        cluster=cluster,
+        currency=_currency(currency),
+    )
+    if effective_to is not None:
+        overlapping = overlapping.filter(effective_from__lt=effective_to)
+    clash = overlapping.order_by("effective_from").first()
+    if clash is not None:
+        raise ValidationError(
+            {
+                "effective_from": (
+                    f"overlaps the {currency} rate card in force from "
+                    f"{clash.effective_from:%Y-%m-%d %H:%M}"
+                    f" (close it first: rate cards of a cluster and currency never overlap)."
+                )
+            }
+        )
+    try:
+        with transaction.atomic():
+            return RateCard.objects.create(
+                cluster=cluster,
+                currency=currency,
+                effective_from=effective_from,
+                effective_to=effective_to,
+                hosting_fee_per_gpu_month=hosting_fee_per_gpu_month,
+                price_per_kwh=price_per_kwh,
+                pue=pue,
+                management_fee_pct=management_fee_pct,
+                waive_hosting_in_operator_incidents=waive_hosting_in_operator_incidents,
+                created_by=by,
+            )
+    except IntegrityError as exc:  # a concurrent card won the race; the trigger said no
+        raise ValidationError({"effective_from": str(exc).splitlines()[0]}) from exc
+
+
+def cluster_pool_basis_set(*, cluster: Cluster, basis: str) -> ClusterBilling:
+    if basis not in ClusterBilling.PoolBasis.values:
+        raise ValidationError(
+            {
+                "pool_split_basis": f"{basis!r} is not one of "
+                f"{', '.join(ClusterBilling.PoolBasis.values)}."
+            }
+        )
+    settings, _ = ClusterBilling.objects.update_or_create(
+        cluster=cluster, defaults={"pool_split_basis": basis}
+    )
+    return settings
+
+
+def _gpus_outside_cluster(
+    gpus: Sequence[Gpu], cluster: Cluster, starts_at: datetime, ends_at: datetime
+) -> list[Gpu]:
+    """GPUs not placed in a node of cluster for the whole of [starts_at, ends_at)."""
+    outside = []
+    for gpu in gpus:
+        placements = sorted(
+            Placement.objects.filter(
+                Q(valid_to__isnull=True) | Q(valid_to__gt=starts_at),
+                gpu=gpu,
+                node__cluster=cluster,
+                valid_from__lt=ends_at,
+            ).values_list("valid_from", "valid_to")
+        )
+        cursor = starts_at
+        for valid_from, valid_to in placements:
+            if valid_from > cursor:
+                break
+            cursor = max(cursor, valid_to) if valid_to is not None else ends_at
+        if cursor < ends_at:
+            outside.append(gpu)
+    return outside
+
+
+@transaction.atomic
+def rental_create(
+    *,
+    cluster: Cluster,
+    gpus: Sequence[Gpu],
+    starts_at: datetime,
+    ends_at: datetime,
+    rate_per_gpu_hour: Decimal,
+    currency: str,
+    customer_reference: str,
+    by: User,
+) -> Rental:
+    _aware("starts_at", starts_at)
+    _aware("ends_at", ends_at)
+    if ends_at <= starts_at:
+        raise ValidationError({"ends_at": "must be after starts_at."})
+    _not_negative(rate_per_gpu_hour=rate_per_gpu_hour)
+    if not gpus:
+        raise ValidationError({"gpus": "name at least one GPU."})
+    outside = _gpus_outside_cluster(gpus, cluster, starts_at, ends_at)
+    if outside:
+        serials = ", ".join(sorted(gpu.serial for gpu in outside))
+        raise ValidationError(
+            {"gpus": f"not in cluster {cluster} for the whole rental: {serials}."}
+        )
+    closed = (
+        Period.objects.filter(status=Period.Status.CLOSED, start__lt=ends_at, end__gt=starts_at)
+        .order_by("start")
+        .first()
+    )
+    if closed is not None:
+        raise ValidationError(
+            {
+                "starts_at": f"the rental reaches into the closed period {closed}; "
+                "record a correction as an adjustment instead."
+            }
+        )
+    rental = Rental.objects.create(
+        cluster=cluster,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        rate_per_gpu_hour=rate_per_gpu_hour,
+        currency=_currency(currency),
+        customer_reference=customer_reference,
+        created_by=by,
+    )
+    RentalGpu.objects.bulk_create([RentalGpu(rental=rental, gpu=gpu) for gpu in gpus])
+    return rental
+
+
+def pool_add(
+    *,
+    cluster: Cluster,
+    period: Period,
+    amount: Decimal,
+    currency: str,
+    description: str,
+    by: User,
+) -> PoolRevenue:
+    _not_negative(amount=amount)
+    if amount != amount.quantize(Decimal("0.01")):
+        raise ValidationError({"amount": f"{amount} has fractions of a cent."})
+    with transaction.atomic():
+        locked = Period.objects.select_for_update().get(pk=period.pk)
+        if locked.status != Period.Status.OPEN:
+            raise ValidationError(
+                {
+                    "period": f"period {locked} is {locked.status}; pool amounts "
+                    "can only be added to an open period."
+                }
+            )
+        return PoolRevenue.objects.create(
+            cluster=cluster,
+            period=locked,
+            amount=amount,
+            currency=_currency(currency),
+            description=description,
+            created_by=by,
+        )
