@@ -30,9 +30,11 @@ def check_now() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_over_allocation_by_raw_sql_fails_at_commit(gpu, alice_owner, bob_owner):
     insert(gpu, alice_owner, 6000, T(1))  # autocommit: this one is in
-    with pytest.raises(IntegrityError, match=r"would add up to 10500 bps at 2026-03-05T00:00:00Z"):
-        with transaction.atomic():
-            insert(gpu, bob_owner, 4500, T(5))
+    with (
+        pytest.raises(IntegrityError, match=r"would add up to 10500 bps at 2026-03-05T00:00:00Z"),
+        transaction.atomic(),
+    ):
+        insert(gpu, bob_owner, 4500, T(5))
     assert list(Ownership.objects.values_list("share_bps", flat=True)) == [6000]
 
 
@@ -109,12 +111,16 @@ def test_share_range_is_checked(gpu, alice_owner, bps):
 @pytest.mark.django_db
 def test_placements_do_not_overlap_per_gpu_or_per_slot(gpu, gpu2, node, node2):
     Placement.objects.create(gpu=gpu, node=node, slot=0, valid_from=T(1))
-    with pytest.raises(IntegrityError, match="fleet_placement_gpu_no_overlap"):
-        with transaction.atomic():
-            Placement.objects.create(gpu=gpu, node=node2, slot=0, valid_from=T(2))
-    with pytest.raises(IntegrityError, match="fleet_placement_slot_no_overlap"):
-        with transaction.atomic():
-            Placement.objects.create(gpu=gpu2, node=node, slot=0, valid_from=T(2))
+    with (
+        pytest.raises(IntegrityError, match="fleet_placement_gpu_no_overlap"),
+        transaction.atomic(),
+    ):
+        Placement.objects.create(gpu=gpu, node=node2, slot=0, valid_from=T(2))
+    with (
+        pytest.raises(IntegrityError, match="fleet_placement_slot_no_overlap"),
+        transaction.atomic(),
+    ):
+        Placement.objects.create(gpu=gpu2, node=node, slot=0, valid_from=T(2))
 
 
 @pytest.mark.django_db

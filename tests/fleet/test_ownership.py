@@ -285,6 +285,7 @@ def test_ownership_changes_are_audited_with_before_after_reason_and_request(
             }
         ],
     }
+    assert entry.after is not None
     assert [(h["owner_name"], h["share_bps"]) for h in entry.after["holdings"]] == [
         ("Alice Compute Ltd", 4000),
         ("Bob Chen", 2000),

@@ -27,6 +27,7 @@ def test_move_keeps_identity_and_dates_history(gpu, node, node2, oscar):
         .values_list("node__hostname", "slot")
     ) == [("fra1-a-n01", 3), ("fra1-b-n01", 0)]
     entry = AuditEntry.objects.filter(action="gpu.move").latest("id")
+    assert entry.before is not None and entry.after is not None
     assert (entry.actor, entry.reason, entry.before["placement"]["slot"]) == (oscar, "rebalance", 3)
     assert entry.after["placement"]["hostname"] == "fra1-b-n01"
 

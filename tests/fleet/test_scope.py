@@ -27,7 +27,7 @@ def serials(queryset):
 
 
 def test_each_scope_resolves_at_its_instant(placed, site, cluster, other_cluster, node, node2):
-    gpu, gpu2 = placed
+    _gpu, gpu2 = placed
     assert serials(selectors.gpus_affected(site=site, at=T(5))) == ["SN0001", "SN0002"]
     assert serials(selectors.gpus_affected(cluster=cluster, at=T(5))) == ["SN0001"]
     assert serials(selectors.gpus_affected(cluster=cluster, at=T(10))) == ["SN0001", "SN0002"]
