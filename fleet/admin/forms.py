@@ -9,7 +9,7 @@ from django import forms
 from django.utils import timezone
 
 from accounts.models import Owner
-from fleet.models import IncidentCause, LifecycleState, Node
+from fleet.models import LifecycleState, Node
 from fleet.models.ownership import FULL_SHARE_BPS
 
 _AT_HELP = "UTC, to the second, e.g. 2026-03-01 09:00:00."
@@ -188,7 +188,6 @@ __all__ = [
     "CloseIncidentForm",
     "ImportConfirmForm",
     "ImportUploadForm",
-    "IncidentCause",
     "LifecycleForm",
     "MoveForm",
     "SellForm",

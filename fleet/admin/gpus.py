@@ -20,7 +20,7 @@ from accounts.models import Owner
 from fleet import selectors
 from fleet.admin import forms as console
 from fleet.admin.base import AuditedAdmin, _user
-from fleet.models import Cluster, Gpu, LifecycleState, Ownership, Placement, Site
+from fleet.models import Cluster, Gpu, Ownership, Placement, Site
 from fleet.services import importing, lifecycle, ownership, placement
 from fleet.services.inventory import gpu_register
 
@@ -434,6 +434,3 @@ def _attach(form: forms.Form, error: ValidationError) -> None:
         target = field if field in form.fields else None
         for message in errors:
             form.add_error(target, message if target else f"{field}: {message}")
-
-
-__all__ = ["GpuAdmin", "LifecycleState"]

@@ -367,3 +367,17 @@ def test_ownership_rows_cannot_be_edited_in_the_console(fleet_data, operator):
     assert response.status_code == 403
     row.refresh_from_db()
     assert row.share_bps == 10000
+
+
+def test_operator_groups_command_is_idempotent():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("sync_operator_groups", stdout=out)
+    call_command("sync_operator_groups", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == lines[3:]
+    assert lines[0] == "Operators: read-only: 13 permissions"
+    assert lines[2] == "Operators: ownership: 30 permissions"
