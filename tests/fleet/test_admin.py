@@ -381,3 +381,20 @@ def test_operator_groups_command_is_idempotent():
     assert lines[:3] == lines[3:]
     assert lines[0] == "Operators: read-only: 13 permissions"
     assert lines[2] == "Operators: ownership: 30 permissions"
+
+
+def test_unfiltered_big_lists_are_counted_from_the_planner_estimate(h100, monkeypatch):
+    from fleet.admin import base
+
+    for n in range(3):
+        make_gpu(h100, 100 + n)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE fleet_gpu")
+    monkeypatch.setattr(base, "ESTIMATE_ABOVE", 0)
+    with CaptureQueriesContext(connection) as captured:
+        assert base.EstimatedCountPaginator(Gpu.objects.all(), 100).count == 3
+    assert "reltuples" in captured[0]["sql"] and len(captured) == 1
+    filtered = Gpu.objects.filter(serial="SN0100")
+    with CaptureQueriesContext(connection) as captured:
+        assert base.EstimatedCountPaginator(filtered, 100).count == 1
+    assert "COUNT(*)" in captured[0]["sql"]
