@@ -2,8 +2,9 @@ from typing import ClassVar
 
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.http import HttpRequest
 
-from accounts.models import Membership, Owner, Partner, PartnerMember, User
+from accounts.models import AuditEntry, Membership, Owner, Partner, PartnerMember, User
 
 
 @admin.register(User)
@@ -48,3 +49,37 @@ class PartnerAdmin(admin.ModelAdmin[Partner]):
     list_display = ("name", "contact_email", "created_at")
     search_fields = ("name", "contact_email")
     inlines: ClassVar = [PartnerMemberInline]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin[AuditEntry]):
+    """The audit trail: searchable, never editable (the database refuses it anyway)."""
+
+    list_display = ("at", "action", "object_type", "object_repr", "actor", "reason")
+    list_select_related = ("actor",)
+    list_filter = ("action", "object_type")
+    search_fields = ("=object_id", "object_repr", "action", "actor__email", "=request_id")
+    date_hierarchy = "at"
+    show_full_result_count = False
+    list_per_page = 100
+    readonly_fields = (
+        "at",
+        "actor",
+        "action",
+        "object_type",
+        "object_id",
+        "object_repr",
+        "reason",
+        "before",
+        "after",
+        "request_id",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
 from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Lower
 from django.utils import timezone
@@ -154,3 +155,38 @@ class PartnerMember(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.partner}"
+
+
+class AuditEntry(models.Model):
+    """One change to something that matters, as it happened: who, when, why, before and after.
+
+    Append-only: the database refuses UPDATE and DELETE (migration 0002), so the trail cannot
+    be quietly rewritten. ``object_type`` is ``app_label.model`` of the thing changed (for GPU
+    ownership and placement, the GPU itself) and ``object_id`` its primary key as text.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(default=timezone.now, editable=False)
+    actor = models.ForeignKey(
+        User, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_entries"
+    )
+    action = models.CharField(max_length=64, help_text="What happened, e.g. ownership.transfer.")
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    before = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    after = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    request_id = models.CharField(max_length=128, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes: ClassVar = [
+            models.Index(fields=["object_type", "object_id", "at"]),
+            models.Index(fields=["actor", "at"]),
+            models.Index(fields=["at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.object_type}:{self.object_id} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
-from django.db import transaction
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Self
 
-from accounts.models import Membership, Owner, Partner, PartnerMember, User
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.utils import timezone
+from django_otp.models import Device
+from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from accounts.context import request_id_var
+from accounts.models import AuditEntry, Membership, Owner, Partner, PartnerMember, User
 
 
 def user_create(
@@ -67,3 +77,167 @@ def partner_create(*, name: str, contact_email: str) -> Partner:
 def partner_member_add(*, user: User, partner: Partner) -> PartnerMember:
     member, _ = PartnerMember.objects.get_or_create(user=user, partner=partner)
     return member
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One change to audit; ``before``/``after`` are JSON-able snapshots (None: did not exist)."""
+
+    action: str
+    object_type: str
+    object_id: str
+    object_repr: str = ""
+    before: Any = None
+    after: Any = None
+
+    @classmethod
+    def of(cls, obj: models.Model, *, action: str, before: Any = None, after: Any = None) -> Self:
+        """An event about ``obj``, named by its ``app_label.model`` and primary key."""
+        return cls(
+            action=action,
+            object_type=obj._meta.label_lower,
+            object_id=str(obj.pk),
+            object_repr=str(obj)[:200],
+            before=before,
+            after=after,
+        )
+
+
+def audit_log(
+    *,
+    actor: User | None,
+    events: Sequence[AuditEvent],
+    reason: str = "",
+    at: datetime | None = None,
+    request_id: str | None = None,
+) -> list[AuditEntry]:
+    """Writes one audit entry per event, all in one INSERT, sharing actor, reason and instant.
+
+    ``request_id`` defaults to the id of the request being served (see ``accounts.context``).
+    """
+    if not events:
+        return []
+    stamp = at or timezone.now()
+    rid = request_id if request_id is not None else request_id_var.get()
+    return AuditEntry.objects.bulk_create(
+        [
+            AuditEntry(
+                at=stamp,
+                actor=actor if actor is not None and actor.is_authenticated else None,
+                action=event.action,
+                object_type=event.object_type,
+                object_id=event.object_id,
+                object_repr=event.object_repr,
+                reason=reason,
+                before=event.before,
+                after=event.after,
+                request_id="" if rid == "-" else rid,
+            )
+            for event in events
+        ]
+    )
+
+
+RECOVERY_CODE_COUNT = 10
+TOTP_DIGITS = 6
+_TOTP_DEVICE_NAME = "Authenticator app"
+_RECOVERY_DEVICE_NAME = "Recovery codes"
+
+
+def totp_enrolment_start(*, user: User) -> TOTPDevice:
+    """The user's pending (unconfirmed) authenticator, created on first call.
+
+    The same pending device is returned until it is confirmed, so reloading the enrolment page
+    does not invalidate a QR code already scanned.
+    """
+    pending = TOTPDevice.objects.filter(user=user, confirmed=False).order_by("pk").first()
+    if pending is not None:
+        return pending
+    device: TOTPDevice = TOTPDevice.objects.create(
+        user=user, name=_TOTP_DEVICE_NAME, confirmed=False
+    )
+    return device
+
+
+@transaction.atomic
+def totp_enrolment_confirm(*, device: TOTPDevice, token: str) -> list[str]:
+    """Confirms ``device`` with a code it generated; returns fresh recovery codes (shown once).
+
+    Other pending devices of the user are removed, and any earlier recovery codes replaced.
+    """
+    if device.confirmed:
+        raise ValidationError({"token": "This authenticator is already confirmed."})
+    if not device.verify_token(token.strip().replace(" ", "")):
+        raise ValidationError(
+            {"token": "That code does not match; check the app's clock and enter the newest code."}
+        )
+    device.confirmed = True
+    device.save(update_fields=["confirmed"])
+    TOTPDevice.objects.filter(user_id=device.user_id, confirmed=False).delete()
+    user = User.objects.get(pk=device.user_id)
+    codes = _recovery_codes_replace(user=user)
+    audit_log(
+        actor=user,
+        events=[AuditEvent.of(user, action="2fa.enrol", after={"device": device.persistent_id})],
+        reason="Operator enrolled an authenticator app.",
+    )
+    return codes
+
+
+@transaction.atomic
+def recovery_codes_regenerate(*, user: User) -> list[str]:
+    """Replaces the user's recovery codes with new ones; the old ones stop working."""
+    codes = _recovery_codes_replace(user=user)
+    audit_log(
+        actor=user,
+        events=[AuditEvent.of(user, action="2fa.recovery_codes_regenerated")],
+        reason="Operator regenerated recovery codes.",
+    )
+    return codes
+
+
+def _recovery_codes_replace(*, user: User) -> list[str]:
+    StaticDevice.objects.filter(user=user).delete()
+    device = StaticDevice.objects.create(user=user, name=_RECOVERY_DEVICE_NAME, confirmed=True)
+    codes = [StaticToken.random_token() for _ in range(RECOVERY_CODE_COUNT)]
+    StaticToken.objects.bulk_create([StaticToken(device=device, token=code) for code in codes])
+    return codes
+
+
+@transaction.atomic
+def totp_device_provision(*, user: User, key_hex: str, by: User | None) -> TOTPDevice:
+    """Gives ``user`` a confirmed authenticator with a known key (demo and provisioning).
+
+    Replaces the user's authenticator devices; recovery codes are left as they are.
+    """
+    TOTPDevice.objects.filter(user=user).delete()
+    device: TOTPDevice = TOTPDevice(user=user, name=_TOTP_DEVICE_NAME, key=key_hex, confirmed=True)
+    device.full_clean()
+    device.save()
+    audit_log(
+        actor=by,
+        events=[
+            AuditEvent.of(user, action="2fa.provision", after={"device": device.persistent_id})
+        ],
+        reason="Authenticator provisioned with a known key.",
+    )
+    return device
+
+
+def otp_device_verify(*, user: User, token: str) -> Device | None:
+    """The user's confirmed device that accepts ``token``, or None.
+
+    Six digits are tried against authenticator apps, anything else against recovery codes,
+    so a mistyped code never counts as a failed attempt on the other kind of device.
+    """
+    token = token.strip().replace(" ", "").lower()
+    devices: list[Device]
+    if token.isdigit() and len(token) == TOTP_DIGITS:
+        devices = list(TOTPDevice.objects.filter(user=user, confirmed=True).order_by("pk"))
+    else:
+        devices = list(StaticDevice.objects.filter(user=user, confirmed=True).order_by("pk"))
+    for device in devices:
+        with transaction.atomic():
+            if device.verify_is_allowed()[0] and device.verify_token(token):
+                return device
+    return None

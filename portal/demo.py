@@ -1,15 +1,46 @@
 """Demo data: the people of the story. Idempotent, so `make demo` can run it every time.
 
 oscar operates, alice (a company) and bob (a person) own GPUs, carol integrates as a partner.
-Later parts of the product add their own demo data here (fleet, telemetry, statements).
+The fleet: one site with two clusters of four nodes, eight GPUs each; alice owns sixteen GPUs
+whole, bob half of eight others; alice sold two of hers to bob in the past; one maintenance
+window is announced and one incident happened. Later parts of the product add their own demo
+data here (telemetry, statements).
 """
 
 from __future__ import annotations
 
+from base64 import b32encode
+from datetime import datetime, timedelta
+
 from django.db import transaction
+from django.utils import timezone
+from django_otp.oath import hotp
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from accounts import services as accounts
 from accounts.models import Membership, Owner, Partner, User
+from fleet.models import Cluster, Gpu, GpuModel, IncidentCause, Node, Site
+from fleet.services import access, importing, lifecycle, operations, ownership
+
+# oscar's authenticator key in the demo (20 bytes, hex): add it to an app, or print the code.
+DEMO_TOTP_KEY_HEX = b"steward-demo-totp-20".hex()
+DEMO_TOTP_SECRET = b32encode(bytes.fromhex(DEMO_TOTP_KEY_HEX)).decode("ascii")
+DEMO_SITE = "fra1"
+H100 = "NVIDIA H100 80GB HBM3"
+H200 = "NVIDIA H200"
+
+
+def demo_totp_code(*, at: datetime | None = None) -> str:
+    """The code oscar's demo authenticator shows at ``at`` (default: now); 30-s steps."""
+    counter = int((at or timezone.now()).timestamp()) // 30
+    return f"{hotp(bytes.fromhex(DEMO_TOTP_KEY_HEX), counter, digits=6):06d}"
+
+
+def demo_otpauth_uri() -> str:
+    return (
+        f"otpauth://totp/Steward:oscar%40steward.example?secret={DEMO_TOTP_SECRET}"
+        "&issuer=Steward&digits=6&period=30"
+    )
 
 
 def _user(email: str, password: str, full_name: str, *, staff: bool = False) -> User:
@@ -62,4 +93,97 @@ def seed_demo(*, password: str) -> dict[str, object]:
         name="Carol Marketplace", contact_email="api@partner.example"
     )
     accounts.partner_member_add(user=carol, partner=partner)
-    return {"operator": oscar, "owners": [alice_co, bob_owner], "partner": partner}
+
+    access.operator_groups_sync()
+    if not TOTPDevice.objects.filter(user=oscar, confirmed=True).exists():
+        accounts.totp_device_provision(user=oscar, key_hex=DEMO_TOTP_KEY_HEX, by=None)
+    gpus = _fleet(operator=oscar, alice=alice_co, bob=bob_owner)
+    return {
+        "operator": oscar,
+        "owners": [alice_co, bob_owner],
+        "partner": partner,
+        "gpus": gpus,
+        "operator_totp_secret": DEMO_TOTP_SECRET,
+    }
+
+
+def _fleet(*, operator: User, alice: Owner, bob: Owner) -> int:
+    """Seeds the fleet once (skipped when the demo site exists); returns the GPU count."""
+    if Site.objects.filter(code=DEMO_SITE).exists():
+        return Gpu.objects.count()
+    now = timezone.now().replace(microsecond=0)
+    # Dated relative to today, so the history is always in the past and recent.
+    start = (now - timedelta(days=150)).replace(hour=8, minute=0, second=0)
+    site = Site.objects.create(
+        code=DEMO_SITE, name="Frankfurt 1", country="DE", time_zone="Europe/Berlin"
+    )
+    GpuModel.objects.get_or_create(name=H100, defaults={"memory_mib": 81559, "tdp_w": 700})
+    GpuModel.objects.get_or_create(name=H200, defaults={"memory_mib": 143771, "tdp_w": 700})
+    lines = ["serial,nvml_uuid,model,node,slot,received_at"]
+    for code, model in (("a", H100), ("b", H200)):
+        cluster = Cluster.objects.create(site=site, code=code, name=f"Cluster {code.upper()}")
+        for n in range(1, 5):
+            node = Node.objects.create(cluster=cluster, hostname=f"fra1-{code}-n{n:02d}")
+            for slot in range(8):
+                number = f"{ord(code) - ord('a')}{n:02d}{slot:02d}"
+                lines.append(
+                    f"DEMO-{code.upper()}{n:02d}{slot:02d},"
+                    f"GPU-5e7a0000-0000-4000-8000-00000{number},"
+                    f"{model},{node.hostname},{slot},{start.isoformat()}"
+                )
+    gpus = importing.gpu_import_commit(
+        text="\n".join(lines) + "\n", by=operator, reason="Demo: first delivery."
+    )
+    lifecycle.gpus_transition(
+        gpus=gpus, state="burn_in", at=start + timedelta(days=1), by=operator, reason="Racked."
+    )
+    lifecycle.gpus_transition(
+        gpus=gpus, state="in_service", at=start + timedelta(days=4), by=operator, reason="Passed."
+    )
+    sold = start + timedelta(days=4)
+    cluster_a = [g for g in gpus if g.serial.startswith("DEMO-A")]
+    cluster_b = [g for g in gpus if g.serial.startswith("DEMO-B")]
+    ownership.ownership_sell(
+        gpus=cluster_a[:16],
+        owner=alice,
+        share_bps=10_000,
+        at=sold,
+        by=operator,
+        reason="Demo: order A-1001, sixteen H100s.",
+    )
+    ownership.ownership_sell(
+        gpus=cluster_b[:8],
+        owner=bob,
+        share_bps=5_000,
+        at=sold,
+        by=operator,
+        reason="Demo: order B-2002, half of eight H200s.",
+    )
+    ownership.ownership_transfer(
+        gpus=cluster_a[14:16],
+        from_owner=alice,
+        to=[ownership.ShareTo(bob, 10_000)],
+        at=start + timedelta(days=90, hours=4, minutes=30),
+        by=operator,
+        reason="Demo: Alice sold two GPUs to Bob (contract C-17).",
+    )
+    node_b2 = Node.objects.get(hostname="fra1-b-n02")
+    incident = operations.incident_open(
+        scope=node_b2,
+        title="Fan failure on fra1-b-n02",
+        cause=IncidentCause.COOLING,
+        started_at=now - timedelta(days=10, hours=3),
+        by=operator,
+        notes_for_owners="A chassis fan failed; the node was drained and the fan replaced.",
+    )
+    operations.incident_close(incident=incident, ended_at=now - timedelta(days=10), by=operator)
+    operations.maintenance_schedule(
+        scope=Cluster.objects.get(site=site, code="a"),
+        title="PDU firmware update",
+        description="Cluster A is drained in two halves; each GPU is out for at most 2 hours.",
+        announced_at=now,
+        starts_at=(now + timedelta(days=7)).replace(hour=2, minute=0, second=0),
+        ends_at=(now + timedelta(days=7)).replace(hour=6, minute=0, second=0),
+        by=operator,
+    )
+    return len(gpus)

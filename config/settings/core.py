@@ -13,7 +13,8 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 VAR_DIR = Path(env_str("STEWARD_VAR_DIR", str(BASE_DIR / "var")))
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # The admin, with the 2FA-guarded operator console as its default site.
+    "accounts.admin_apps.StewardAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -21,6 +22,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "accounts",
     "fleet",
     "telemetry",
@@ -30,12 +34,14 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "config.requestid.RequestIdMiddleware",
+    "accounts.middleware.AuditContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -75,6 +81,9 @@ LANGUAGE_CODE = "en"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+
+# Operators' authenticator apps show this name next to the code.
+OTP_TOTP_ISSUER = "Steward"
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"

@@ -107,6 +107,10 @@ class Gpu(models.Model):
     class Meta:
         ordering: ClassVar = ["serial"]
         indexes: ClassVar = [models.Index(fields=["lifecycle_state"])]
+        permissions: ClassVar = [
+            ("import_gpus", "Can import GPUs from CSV"),
+            ("move_gpu", "Can move GPUs between nodes and change their lifecycle state"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.serial} ({self.model.name})" if "model" in self.__dict__ else self.serial

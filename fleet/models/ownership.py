@@ -36,6 +36,11 @@ class Ownership(models.Model):
     class Meta:
         ordering: ClassVar = ["gpu", "valid_from", "owner"]
         indexes: ClassVar = [models.Index(fields=["owner", "valid_from"])]
+        # Seeing ownership is ``view_ownership``; changing it (sell, transfer, buy back) is
+        # this permission, held by the operators trusted with it, never by read-only staff.
+        permissions: ClassVar = [
+            ("transfer_ownership", "Can sell, transfer and buy back GPU ownership"),
+        ]
         constraints: ClassVar = [
             models.CheckConstraint(
                 condition=Q(share_bps__gte=1) & Q(share_bps__lte=FULL_SHARE_BPS),

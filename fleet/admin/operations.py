@@ -1,0 +1,151 @@
+"""Maintenance windows and incidents: planned and opened through the services, closed or
+cancelled by actions that call them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from fleet.admin import forms as console
+from fleet.admin.base import AuditedAdmin, _user
+from fleet.admin.gpus import _attach
+from fleet.models import Incident, MaintenanceWindow
+from fleet.services import operations
+
+_SCOPE = ("site", "cluster", "node", "gpu")
+
+
+class ScopedAdmin[M: (MaintenanceWindow, Incident)](AuditedAdmin[M]):
+    raw_id_fields = ("gpu",)
+    list_select_related = ("site", "cluster", "node", "gpu")
+
+    @admin.display(description="scope")
+    def scope_label(self, obj: MaintenanceWindow | Incident) -> str:
+        scope = obj.scope
+        return f"{scope._meta.verbose_name} {scope}"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # The scope is what was announced; it does not change afterwards.
+        return (*super().get_readonly_fields(request, obj), *(_SCOPE if obj else ()))
+
+    def _confirm(
+        self,
+        request: HttpRequest,
+        objects: list[Any],
+        form_class: type[forms.Form],
+        run: Any,
+        title: str,
+        action: str,
+    ) -> HttpResponse | None:
+        submitted = request.method == "POST" and "apply" in request.POST
+        form = form_class(request.POST if submitted else None)
+        if submitted and form.is_valid():
+            try:
+                with transaction.atomic():  # all of them or none
+                    for obj in objects:
+                        run(obj, form.cleaned_data)
+            except ValidationError as error:
+                _attach(form, error)
+            else:
+                self.message_user(request, f"{title}: {len(objects)} done.", messages.SUCCESS)
+                return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "opts": self.opts,
+            "form": form,
+            "targets": objects,
+            "action": action,
+        }
+        return TemplateResponse(request, "admin/fleet/confirm_action.html", context)
+
+
+@admin.register(MaintenanceWindow)
+class MaintenanceWindowAdmin(ScopedAdmin[MaintenanceWindow]):
+    list_display = ("title", "scope_label", "announced_at", "starts_at", "ends_at", "cancelled_at")
+    list_filter = ("site", "cluster")
+    search_fields = ("title", "node__hostname", "gpu__serial")
+    readonly_fields = ("cancelled_at", "created_by", "created_at")
+    actions = ("cancel",)
+
+    def save_model(
+        self, request: HttpRequest, obj: MaintenanceWindow, form: Any, change: bool
+    ) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        window = operations.maintenance_schedule(
+            scope=obj.scope,
+            title=obj.title,
+            description=obj.description,
+            announced_at=obj.announced_at,
+            starts_at=obj.starts_at,
+            ends_at=obj.ends_at,
+            by=_user(request),
+        )
+        obj.pk, obj.created_at, obj.created_by = window.pk, window.created_at, window.created_by
+        obj._state.adding = False
+
+    @admin.action(description="Cancel (or end early) the selected windows…", permissions=["change"])
+    def cancel(
+        self, request: HttpRequest, queryset: QuerySet[MaintenanceWindow]
+    ) -> HttpResponse | None:
+        def run(window: MaintenanceWindow, data: dict[str, Any]) -> None:
+            operations.maintenance_cancel(
+                window=window, at=data["at"], reason=data["reason"], by=_user(request)
+            )
+
+        return self._confirm(
+            request,
+            list(queryset),
+            console.CancelMaintenanceForm,
+            run,
+            "Cancel maintenance",
+            "cancel",
+        )
+
+
+@admin.register(Incident)
+class IncidentAdmin(ScopedAdmin[Incident]):
+    list_display = ("title", "scope_label", "cause", "started_at", "ended_at")
+    list_filter = ("cause", "site", "cluster")
+    search_fields = ("title", "node__hostname", "gpu__serial")
+    readonly_fields = ("ended_at", "opened_by", "created_at")
+    actions = ("close",)
+
+    def save_model(self, request: HttpRequest, obj: Incident, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        incident = operations.incident_open(
+            scope=obj.scope,
+            title=obj.title,
+            cause=obj.cause,
+            started_at=obj.started_at,
+            notes_for_owners=obj.notes_for_owners,
+            internal_notes=obj.internal_notes,
+            by=_user(request),
+        )
+        obj.pk, obj.created_at, obj.opened_by = incident.pk, incident.created_at, incident.opened_by
+        obj._state.adding = False
+
+    @admin.action(description="Close the selected incidents…", permissions=["change"])
+    def close(self, request: HttpRequest, queryset: QuerySet[Incident]) -> HttpResponse | None:
+        def run(incident: Incident, data: dict[str, Any]) -> None:
+            operations.incident_close(
+                incident=incident,
+                ended_at=data["ended_at"],
+                notes_for_owners=data["notes_for_owners"] or None,
+                by=_user(request),
+            )
+
+        return self._confirm(
+            request, list(queryset), console.CloseIncidentForm, run, "Close incidents", "close"
+        )

@@ -1,0 +1,69 @@
+"""Operator groups: what read-only operators, fleet operators and ownership officers may do.
+
+Idempotent: running it again brings the groups back to exactly these permissions.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group, Permission
+from django.db import transaction
+from django.db.models import Q
+
+READ_ONLY_OPERATORS = "Operators: read-only"
+FLEET_OPERATORS = "Operators: fleet"
+OWNERSHIP_OFFICERS = "Operators: ownership"
+
+_VIEWED = {
+    "fleet": [
+        "site",
+        "cluster",
+        "node",
+        "gpumodel",
+        "gpu",
+        "placement",
+        "lifecycletransition",
+        "ownership",
+        "maintenancewindow",
+        "incident",
+    ],
+    "accounts": ["owner", "membership", "auditentry"],
+}
+_FLEET_CHANGES = {
+    "fleet": ["site", "cluster", "node", "gpumodel", "gpu", "maintenancewindow", "incident"],
+}
+_FLEET_EXTRA = [("fleet", "import_gpus"), ("fleet", "move_gpu")]
+_OWNERSHIP_EXTRA = [("fleet", "transfer_ownership")]
+
+
+def _permissions(codenames: list[tuple[str, str]]) -> list[Permission]:
+    wanted = Q()
+    for app_label, codename in codenames:
+        wanted |= Q(content_type__app_label=app_label, codename=codename)
+    found = list(Permission.objects.filter(wanted))
+    if len(found) != len(codenames):
+        missing = set(codenames) - {(p.content_type.app_label, p.codename) for p in found}
+        raise LookupError(f"Permissions not installed (run migrate first): {sorted(missing)}")
+    return found
+
+
+@transaction.atomic
+def operator_groups_sync() -> dict[str, Group]:
+    """Creates or resets the three operator groups; returns them by name."""
+    view = [(app, f"view_{model}") for app, models in _VIEWED.items() for model in models]
+    change = [
+        (app, f"{verb}_{model}")
+        for app, models in _FLEET_CHANGES.items()
+        for model in models
+        for verb in ("add", "change")
+    ]
+    plan = {
+        READ_ONLY_OPERATORS: view,
+        FLEET_OPERATORS: view + change + _FLEET_EXTRA,
+        OWNERSHIP_OFFICERS: view + change + _FLEET_EXTRA + _OWNERSHIP_EXTRA,
+    }
+    groups: dict[str, Group] = {}
+    for name, codenames in plan.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        group.permissions.set(_permissions(codenames))
+        groups[name] = group
+    return groups
