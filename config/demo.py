@@ -7,8 +7,12 @@ processes in reverse order, then the engines. Imports no Django: it only supervi
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -18,6 +22,9 @@ from config.embedded import BASE_DIR, engines
 
 PYTHON = sys.executable
 DEMO_PASSWORD = "steward-demo-2026"  # noqa: S105 - demo logins, printed on screen
+# The demo operator's authenticator secret (portal/demo.py seeds the same one): operators
+# log in with a second factor, so the banner prints what an authenticator app would show.
+DEMO_TOTP_SECRET = "ON2GK53BOJSC2ZDFNVXS25DPORYC2MRQ"  # noqa: S105 - demo only, printed on screen
 DEMO_LOGINS = [
     ("operator", "oscar@steward.example"),
     ("owner (Alice Compute Ltd)", "alice@owner.example"),
@@ -55,6 +62,14 @@ def _processes(port: int, var_dir: Path) -> list[tuple[str, list[str]]]:
     ]
 
 
+def totp_now(secret: str, at: float | None = None) -> str:
+    """RFC 6238 code (SHA-1, 30 s, 6 digits), as an authenticator app shows it."""
+    counter = int(time.time() if at is None else at) // 30
+    mac = hmac.new(base64.b32decode(secret), struct.pack(">Q", counter), hashlib.sha1).digest()
+    offset = mac[-1] & 0x0F
+    return f"{(int.from_bytes(mac[offset : offset + 4]) & 0x7FFFFFFF) % 10**6:06d}"
+
+
 def _banner(port: int) -> str:
     logins = "\n".join(f"    {role:<30} {email}" for role, email in DEMO_LOGINS)
     return (
@@ -63,6 +78,12 @@ def _banner(port: int) -> str:
         f"    operator console   http://127.0.0.1:{port}/admin/\n"
         f"    health             http://127.0.0.1:{port}/readyz\n\n"
         f"  Logins (password for all: {DEMO_PASSWORD}):\n{logins}\n\n"
+        f"  The operator console asks oscar for a second factor. Authenticator secret:\n"
+        f"    {DEMO_TOTP_SECRET}\n"
+        f"    otpauth://totp/Steward:oscar%40steward.example?secret={DEMO_TOTP_SECRET}"
+        f"&issuer=Steward&digits=6&period=30\n"
+        f"    current code: {totp_now(DEMO_TOTP_SECRET)}"
+        f" (`python -m config.demo totp` prints a fresh one)\n\n"
         f"  Ctrl-C stops everything.\n"
     )
 
@@ -118,4 +139,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["totp"]:
+        print(totp_now(DEMO_TOTP_SECRET))
+        sys.exit(0)
     sys.exit(main())

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-request_id_var: ContextVar[str] = ContextVar("request_id", default="-")
+# One request id for logs and the audit trail; it lives in accounts because apps may not
+# import the project package.
+from accounts.context import request_id_var
+
+__all__ = ["JsonFormatter", "RequestIdFilter", "StdoutHandler", "request_id_var"]
 
 # Attributes every LogRecord has; anything else was passed through ``extra=``.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "request_id"}
