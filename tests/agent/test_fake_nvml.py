@@ -150,3 +150,23 @@ def test_scenarios_ship_and_schedule_faults():
         fake.nvmlDeviceGetPowerUsage(h3)
     mixed = load_scenario("mixed")
     assert [g["model"] for g in mixed.gpus] == ["A100-SXM4-80GB", "RTX-4090", "V100-SXM2-32GB"]
+
+
+def test_scenario_identities_are_what_the_built_node_reports(tmp_path):
+    scenario = load_scenario("mixed")
+    scenario.gpus = [*scenario.gpus, {"model": "H200-SXM5-141GB", "count": 1}]
+    fake = scenario.build(FakeClock(START), str(tmp_path / "kmsg"))
+    fake.nvmlInit()
+    reported = []
+    for index in range(fake.nvmlDeviceGetCount()):
+        handle = fake.nvmlDeviceGetHandleByIndex(index)
+        try:
+            serial = fake.nvmlDeviceGetSerial(handle)
+        except pynvml.NVMLError_NotSupported:
+            serial = ""  # a GeForce card has none, and identities() says so too
+        reported.append(
+            (index, fake.nvmlDeviceGetUUID(handle), serial, fake.nvmlDeviceGetName(handle))
+        )
+    assert scenario.identities() == reported
+    assert "" in [serial for _, _, serial, _ in reported]  # the mix includes a GeForce
+    assert reported[-1][3] == "NVIDIA H200"

@@ -66,6 +66,18 @@ MODELS: dict[str, GpuModel] = {
             caps=_DATACENTER | {"gpm"},
         ),
         GpuModel(
+            key="H200-SXM5-141GB",
+            name="NVIDIA H200",
+            part_number="692-2G520-0280-000",
+            memory_total=143771 * MIB,
+            power_idle_mw=75_000,
+            power_max_mw=700_000,
+            sm_clock_idle=345,
+            sm_clock_max=1980,
+            mem_clock=3201,
+            caps=_DATACENTER | {"gpm"},
+        ),
+        GpuModel(
             key="A100-SXM4-80GB",
             name="NVIDIA A100-SXM4-80GB",
             part_number="692-2G506-0210-002",

@@ -66,8 +66,33 @@ class Scenario:
     gpus: list[dict[str, Any]]
     faults: list[dict[str, Any]] = field(default_factory=list)
 
+    def identities(self) -> list[tuple[int, str, str, str]]:
+        """(slot, NVML UUID, serial, model name) of each card, without building a node.
+
+        The identities derive from the seed alone, so a server can be told in advance which
+        GPUs a simulated node will report (the demo seeds its inventory this way). A model that
+        reports no serial (GeForce) has "" here.
+        """
+        return [
+            (c.slot, c.uuid, c.serial if c.model.has("serial") else "", c.model.name)
+            for c in self._cards()
+        ]
+
     def build(self, clock: Clock, kernel_log_path: str | None = None) -> FakeNvml:
         """A fake NVML for this node, with the faults scheduled on `clock`."""
+        cards = self._cards()
+        fake = FakeNvml(
+            clock,
+            cards,
+            driver_version=self.driver_version,
+            cuda_version=self.cuda_version,
+            kernel_log=FakeKernelLog(kernel_log_path, self.hostname),
+        )
+        for fault in self.faults:
+            fake.at(self.start + parse_offset(fault["at"]), _fault_action(fault))
+        return fake
+
+    def _cards(self) -> list[FakeGpu]:
         cards: list[FakeGpu] = []
         for spec in self.gpus:
             for _ in range(int(spec.get("count", 1))):
@@ -82,16 +107,7 @@ class Scenario:
                         busy=float(spec.get("busy", 0.7)),
                     )
                 )
-        fake = FakeNvml(
-            clock,
-            cards,
-            driver_version=self.driver_version,
-            cuda_version=self.cuda_version,
-            kernel_log=FakeKernelLog(kernel_log_path, self.hostname),
-        )
-        for fault in self.faults:
-            fake.at(self.start + parse_offset(fault["at"]), _fault_action(fault))
-        return fake
+        return cards
 
 
 def parse_offset(value: object) -> float:
