@@ -30,6 +30,7 @@ CREATE TEMP TABLE IF NOT EXISTS telemetry_touched (
 CREATE TEMP TABLE IF NOT EXISTS telemetry_touched_hours (
     gpu_id uuid, hour timestamptz, PRIMARY KEY (gpu_id, hour)
 ) ON COMMIT DELETE ROWS;
+TRUNCATE telemetry_touched, telemetry_touched_hours;
 """
 
 # p: start of the GPU's window just before the new ones; n: of the one just after them.

@@ -10,8 +10,6 @@ from django.db import connection
 
 PARENT = "telemetry_window"
 _NAME = re.compile(r"^telemetry_window_p(\d{8})$")
-# Partitions this process knows exist, so the worker asks the catalog only on a miss.
-_known: set[dt.date] = set()
 
 
 def partition_name(day: dt.date) -> str:
@@ -26,19 +24,19 @@ def window_partitions() -> list[dt.date]:
             [PARENT],
         )
         names = [row[0] for row in cursor.fetchall()]
-    days = sorted(
+    return sorted(
         dt.datetime.strptime(m.group(1), "%Y%m%d").replace(tzinfo=dt.UTC).date()
         for name in names
         if (m := _NAME.match(name))
     )
-    _known.clear()
-    _known.update(days)
-    return days
 
 
 def window_partitions_ensure(*, days: Iterable[dt.date]) -> list[dt.date]:
-    """Creates the missing daily partitions for ``days``; returns those it created."""
-    wanted = set(days) - _known
+    """Creates the missing daily partitions for ``days``; returns those it created.
+
+    One catalog query per call (per worker chunk): cheaper than being wrong about a cache.
+    """
+    wanted = set(days)
     if not wanted:
         return []
     wanted -= set(window_partitions())
@@ -53,7 +51,6 @@ def window_partitions_ensure(*, days: Iterable[dt.date]) -> list[dt.date]:
                 [start, start + dt.timedelta(days=1)],
             )
         created.append(day)
-        _known.add(day)
     return created
 
 
@@ -69,5 +66,4 @@ def window_partitions_drop_before(*, day: dt.date) -> list[dt.date]:
             with connection.cursor() as cursor:
                 cursor.execute(f'DROP TABLE IF EXISTS "{partition_name(existing)}"')
             dropped.append(existing)
-            _known.discard(existing)
     return dropped

@@ -418,7 +418,7 @@ def _windows_write(cursor: Any, raw: Any, rows: list[tuple[Any, ...]], *, optimi
     replay in a new batch), the savepoint is rolled back and the rows go through a TEMP stage
     with ``ON CONFLICT DO NOTHING`` instead."""
     if optimistic:
-        savepoint = transaction.savepoint()
+        savepoint = transaction.savepoint_create()
         try:
             with raw.copy(COPY_WINDOWS) as copy:
                 copy.set_types(WINDOW_TYPES)
