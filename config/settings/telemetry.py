@@ -17,8 +17,8 @@ TELEMETRY_MAX_INFLATED_BYTES = env_int("TELEMETRY_MAX_INFLATED_BYTES", 16 * 1024
 TELEMETRY_BOOTSTRAP_TOKEN_TTL_S = env_int("TELEMETRY_BOOTSTRAP_TOKEN_TTL_S", 86_400, minimum=60)
 
 # The worker: batches claimed per task, windows per transaction, and when a claim expires.
-TELEMETRY_CLAIM_BATCHES = env_int("TELEMETRY_CLAIM_BATCHES", 500, minimum=1)
-TELEMETRY_CHUNK_WINDOWS = env_int("TELEMETRY_CHUNK_WINDOWS", 10_000, minimum=1)
+TELEMETRY_CLAIM_BATCHES = env_int("TELEMETRY_CLAIM_BATCHES", 2000, minimum=1)
+TELEMETRY_CHUNK_WINDOWS = env_int("TELEMETRY_CHUNK_WINDOWS", 20_000, minimum=1)
 TELEMETRY_CLAIM_TIMEOUT_S = env_int("TELEMETRY_CLAIM_TIMEOUT_S", 300, minimum=1)
 TELEMETRY_MAX_ATTEMPTS = env_int("TELEMETRY_MAX_ATTEMPTS", 5, minimum=1)
 # The sweep re-queues batches still pending after this long (Redis lost the task).

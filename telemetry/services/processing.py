@@ -210,7 +210,10 @@ def _chunk_process(
     }
     window_partitions_ensure(days=days)
 
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
+        # A server-side-binding cursor on Django's connection (same transaction): the large
+        # array parameters travel in binary instead of being quoted into the SQL text.
+        cursor = psycopg.Cursor(connection.connection)
         cursor.execute("SET LOCAL work_mem = '64MB'")
         # The claim still ours? (A claim that timed out may have passed to another worker.)
         cursor.execute(
@@ -230,9 +233,8 @@ def _chunk_process(
             [[_node_lock_id(n) for n in nodes]],
         )
         work = _validate(cursor, loaded, now=now, floor=floor)
-        raw = cursor.cursor
         if work.window_rows:
-            _windows_write(cursor, raw, work.window_rows, optimistic=optimistic_copy)
+            _windows_write(cursor, work.window_rows, optimistic=optimistic_copy)
         xids = _events_write(cursor, work.event_rows)
         if work.rejections:
             _rejections_write(cursor, work.rejections)
@@ -413,14 +415,14 @@ def _to_builtins(value: Any) -> Any:
     return json.loads(msgspec.json.encode(value), parse_constant=lambda c: None)
 
 
-def _windows_write(cursor: Any, raw: Any, rows: list[tuple[Any, ...]], *, optimistic: bool) -> None:
+def _windows_write(cursor: Any, rows: list[tuple[Any, ...]], *, optimistic: bool) -> None:
     """Binary COPY straight into the partitioned table; if any window is already stored (a
     replay in a new batch), the savepoint is rolled back and the rows go through a TEMP stage
     with ``ON CONFLICT DO NOTHING`` instead."""
     if optimistic:
         savepoint = transaction.savepoint_create()
         try:
-            with raw.copy(COPY_WINDOWS) as copy:
+            with cursor.copy(COPY_WINDOWS) as copy:
                 copy.set_types(WINDOW_TYPES)
                 for row in rows:
                     copy.write_row(row)
@@ -433,7 +435,7 @@ def _windows_write(cursor: Any, raw: Any, rows: list[tuple[Any, ...]], *, optimi
         "CREATE TEMP TABLE IF NOT EXISTS telemetry_window_stage "
         "(LIKE telemetry_window INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
     )
-    with raw.copy(COPY_STAGE) as copy:
+    with cursor.copy(COPY_STAGE) as copy:
         copy.set_types(WINDOW_TYPES)
         for row in rows:
             copy.write_row(row)
