@@ -98,3 +98,15 @@ def batch_receive(
     if isinstance(stored_answer, str):
         stored_answer = json.loads(stored_answer)
     return Receipt(Outcome.REPLAYED, stored_answer)
+
+
+def batches_requeue(*, batch_ids: list[int]) -> int:
+    """Puts failed batches back in the queue (after an operator fixed the cause)."""
+    from telemetry.models import IngestBatch
+
+    with transaction.atomic():
+        count = IngestBatch.objects.filter(pk__in=batch_ids, status="failed").update(
+            status="pending", attempts=0, error="", claimed_by="", claimed_at=None
+        )
+        transaction.on_commit(processing_kick)
+    return count
