@@ -5,7 +5,7 @@ Celery queue of its own. Sizes scale with ``BENCH_SCALE`` (1.0 = the issue's siz
 
 1. worker: windows/s of ``batches_process`` (8-window batches, as agents send them live),
    direct COPY and TEMP-stage paths, against a raw binary COPY of the same rows into the same
-   table at 1,000 rows per commit (the ceiling). Goal ≥ 0.5 × ceiling.
+   table at 1,000 rows per commit (the ceiling). Goal ≥ 0.5 x ceiling.
 2. catch-up: 1M windows already stored as 60-minute batches (agents back from an outage),
    drained by a real Celery worker (prefork, 2 processes). Goal ≥ 50k windows/s.
 3. endpoint: gunicorn + a real Celery worker on this machine, many simulated agents posting
@@ -83,7 +83,9 @@ def _body(node: Any, start: dt.datetime, minutes: int) -> tuple[str, bytes]:
     return document["batch_id"], gzip.compress(msgspec.json.encode(document), 6, mtime=0)
 
 
-def _store_backlog(fleet: list[Any], *, batches_per_node: int, minutes: int, start: dt.datetime) -> int:
+def _store_backlog(
+    fleet: list[Any], *, batches_per_node: int, minutes: int, start: dt.datetime
+) -> int:
     """Stores pending batches straight in PostgreSQL (as the endpoint would have)."""
     from django.utils import timezone
 
@@ -97,7 +99,7 @@ def _store_backlog(fleet: list[Any], *, batches_per_node: int, minutes: int, sta
             rows.append(
                 IngestBatch(
                     node=node.node, batch_id=batch_id, body=body, signed_at=now, received_at=now,
-                    body_sha256=hashlib.sha256(body).hexdigest(), window_count=minutes * len(node.gpus),
+                    body_sha256=hashlib.sha256(body).hexdigest(), window_count=minutes * len(node.gpus),  # noqa: E501
                     answer={},
                 )
             )  # fmt: skip
@@ -125,11 +127,10 @@ def _ceiling(rows: list[tuple[Any, ...]]) -> float:
 
     started = time.perf_counter()
     for i in range(0, len(rows), 1000):
-        with transaction.atomic():
-            with connection.cursor().cursor.copy(COPY_WINDOWS) as copy:
-                copy.set_types(WINDOW_TYPES)
-                for row in rows[i : i + 1000]:
-                    copy.write_row(row)
+        with transaction.atomic(), connection.cursor().cursor.copy(COPY_WINDOWS) as copy:
+            copy.set_types(WINDOW_TYPES)
+            for row in rows[i : i + 1000]:
+                copy.write_row(row)
     return len(rows) / (time.perf_counter() - started)
 
 
@@ -180,13 +181,17 @@ def bench_worker(fleet: list[Any]) -> dict[str, float]:
     ratio = figures["direct"] / figures["ceiling"]
     print(f"worker, {windows:,} windows in 8-window batches, one process:")
     print(f"  raw binary COPY, 1,000 rows/commit (ceiling) {figures['ceiling']:>10,.0f} windows/s")
-    print(f"  worker, direct COPY (+ rollups, transitions) {figures['direct']:>10,.0f} windows/s  = {ratio:.2f} × ceiling (goal ≥ 0.50) {'OK' if ratio >= 0.5 else 'BELOW GOAL'}")
-    print(f"  worker, TEMP stage + ON CONFLICT              {figures['stage']:>10,.0f} windows/s  = {figures['stage'] / figures['ceiling']:.2f} × ceiling")
+    print(
+        f"  worker, direct COPY (+ rollups, transitions) {figures['direct']:>10,.0f} windows/s  = {ratio:.2f} x ceiling (goal ≥ 0.50) {'OK' if ratio >= 0.5 else 'BELOW GOAL'}"  # noqa: E501
+    )
+    print(
+        f"  worker, TEMP stage + ON CONFLICT              {figures['stage']:>10,.0f} windows/s  = {figures['stage'] / figures['ceiling']:.2f} x ceiling"  # noqa: E501
+    )
     return figures
 
 
 def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip  # noqa: E501
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -239,8 +244,10 @@ def bench_catch_up(fleet: list[Any]) -> float:
     finally:
         _stop(worker)
     rate = windows / elapsed
-    print(f"catch-up, {windows:,} windows in 60-minute batches, Celery worker ×2 processes:")
-    print(f"  drained in {elapsed:.1f} s = {rate:,.0f} windows/s (goal ≥ 50,000) {'OK' if rate >= 50_000 else 'BELOW GOAL'}")
+    print(f"catch-up, {windows:,} windows in 60-minute batches, Celery worker x2 processes:")
+    print(
+        f"  drained in {elapsed:.1f} s = {rate:,.0f} windows/s (goal ≥ 50,000) {'OK' if rate >= 50_000 else 'BELOW GOAL'}"  # noqa: E501
+    )
     return rate
 
 
@@ -370,18 +377,26 @@ def bench_endpoint(fleet: list[Any]) -> dict[str, float]:
     finally:
         _stop(server)
         _stop(worker)
-    print("endpoint, gunicorn 3×4 gthread + Celery worker ×1 + the agents, all on this machine:")
-    print(f"  open loop at 208 batches/s × 8 windows, 64 agent threads: {achieved:,.0f} batches/s (goal ≥ 208)")
-    print(f"    acknowledgement p50 {p50:.1f} ms, p99 {p99:.1f} ms (goal < 50 ms) {'OK' if p99 < 50 else 'ABOVE GOAL'}")
-    print(f"    worker lag, received → processed, max {lag:.1f} s (goal < 60 s) {'OK' if lag < 60 else 'ABOVE GOAL'}")
-    print(f"  closed loop, 32 agent threads: {closed:,.0f} batches/s, p99 {closed_p99:.1f} ms; statuses {statuses}")
+    print("endpoint, gunicorn 3x4 gthread + Celery worker x1 + the agents, all on this machine:")
+    print(
+        f"  open loop at 208 batches/s x 8 windows, 64 agent threads: {achieved:,.0f} batches/s (goal ≥ 208)"  # noqa: E501
+    )
+    print(
+        f"    acknowledgement p50 {p50:.1f} ms, p99 {p99:.1f} ms (goal < 50 ms) {'OK' if p99 < 50 else 'ABOVE GOAL'}"  # noqa: E501
+    )
+    print(
+        f"    worker lag, received → processed, max {lag:.1f} s (goal < 60 s) {'OK' if lag < 60 else 'ABOVE GOAL'}"  # noqa: E501
+    )
+    print(
+        f"  closed loop, 32 agent threads: {closed:,.0f} batches/s, p99 {closed_p99:.1f} ms; statuses {statuses}"  # noqa: E501
+    )
     return figures
 
 
 def main() -> int:
     _setup_django()
     fleet = _fleet(max(10, int(1000 * SCALE)))
-    print(f"fleet: {len(fleet):,} nodes × 8 GPUs; BENCH_SCALE={SCALE}")
+    print(f"fleet: {len(fleet):,} nodes x 8 GPUs; BENCH_SCALE={SCALE}")
     bench_worker(fleet)
     bench_catch_up(fleet)
     bench_endpoint(fleet)

@@ -27,7 +27,7 @@ from telemetry.models import (
 from telemetry.services.enrolment import bootstrap_token_issue, node_key_revoke
 
 
-class NoCountPaginator(Paginator):
+class NoCountPaginator(Paginator[Any]):
     """Telemetry tables are huge: never COUNT(*) them to draw page links."""
 
     @cached_property
@@ -35,7 +35,7 @@ class NoCountPaginator(Paginator):
         return 10**9
 
 
-class BigTableAdmin[M: Any](admin.ModelAdmin[M]):  # type: ignore[type-var]
+class BigTableAdmin[M: Any](admin.ModelAdmin[M]):
     paginator = NoCountPaginator
     show_full_result_count = False
     list_per_page = 50
@@ -49,7 +49,7 @@ class BigTableAdmin[M: Any](admin.ModelAdmin[M]):  # type: ignore[type-var]
 
 @admin.register(IngestBatch)
 class IngestBatchAdmin(BigTableAdmin[IngestBatch]):
-    list_display = ("batch_id", "node", "status", "received_at", "window_count", "accepted_windows", "rejected_count", "claimed_by", "attempts")  # fmt: skip
+    list_display = ("batch_id", "node", "status", "received_at", "window_count", "accepted_windows", "rejected_count", "claimed_by", "attempts")  # fmt: skip  # noqa: E501
     list_filter = ("status",)
     list_select_related = ("node",)
     raw_id_fields = ("node",)
@@ -91,7 +91,7 @@ class GpuStateTransitionAdmin(BigTableAdmin[GpuStateTransition]):
 
 @admin.register(HourlyRollup)
 class HourlyRollupAdmin(BigTableAdmin[HourlyRollup]):
-    list_display = ("gpu", "hour", "windows", "seconds_up", "seconds_down", "energy_kwh", "xid_events")  # fmt: skip
+    list_display = ("gpu", "hour", "windows", "seconds_up", "seconds_down", "energy_kwh", "xid_events")  # fmt: skip  # noqa: E501
     list_select_related = ("gpu",)
     raw_id_fields = ("gpu",)
     date_hierarchy = "hour"
@@ -99,7 +99,7 @@ class HourlyRollupAdmin(BigTableAdmin[HourlyRollup]):
 
 @admin.register(NodeStatus)
 class NodeStatusAdmin(BigTableAdmin[NodeStatus]):
-    list_display = ("node", "last_seen_at", "clock_skew_s", "stale", "agent_version", "driver_version")  # fmt: skip
+    list_display = ("node", "last_seen_at", "clock_skew_s", "stale", "agent_version", "driver_version")  # fmt: skip  # noqa: E501
     list_filter = ("stale",)
     list_select_related = ("node",)
     raw_id_fields = ("node",)
@@ -133,7 +133,9 @@ class NodeCredentialAdmin(admin.ModelAdmin[NodeCredential]):
         return False
 
     @admin.action(description="Issue a bootstrap token to re-enrol (shown once)")
-    def issue_bootstrap_token(self, request: HttpRequest, queryset: QuerySet[NodeCredential]) -> None:
+    def issue_bootstrap_token(
+        self, request: HttpRequest, queryset: QuerySet[NodeCredential]
+    ) -> None:
         for credential in queryset.select_related("node"):
             token = bootstrap_token_issue(node=credential.node, by=request.user)  # type: ignore[arg-type]
             self.message_user(request, f"{credential.node.hostname}: {token}", messages.WARNING)
@@ -157,7 +159,9 @@ class BootstrapTokenAdmin(admin.ModelAdmin[BootstrapToken]):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def save_model(self, request: HttpRequest, obj: BootstrapToken, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: BootstrapToken, form: Any, change: bool
+    ) -> None:
         token = bootstrap_token_issue(node=obj.node, by=request.user)  # type: ignore[arg-type]
         # The service stored the row; the admin's change log needs it as obj.
         stored = BootstrapToken.objects.filter(node=obj.node).latest("created_at")

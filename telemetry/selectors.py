@@ -33,9 +33,7 @@ def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) ->
             "WHERE status IN ('pending', 'claimed') GROUP BY status"
         )
         by_status: dict[str, tuple[int, Any]] = {s: (c, m) for s, c, m in cursor.fetchall()}
-        cursor.execute(
-            "SELECT count(*) FROM telemetry_ingestbatch WHERE status = 'failed'"
-        )
+        cursor.execute("SELECT count(*) FROM telemetry_ingestbatch WHERE status = 'failed'")
         (failed,) = cursor.fetchone() or (0,)
         cursor.execute(
             "SELECT reason, count(*) FROM telemetry_rejectedrecord "
@@ -51,11 +49,11 @@ def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) ->
         oldest_pending_at=oldest,
         lag_s=(now - oldest).total_seconds() if oldest else 0.0,
         stale_nodes=list(
-            NodeStatus.objects.filter(stale=True).select_related("node").order_by("-stale_since")[:nodes]
+            NodeStatus.objects.filter(stale=True)
+            .select_related("node")
+            .order_by("-stale_since")[:nodes]
         ),
-        nodes=list(
-            NodeStatus.objects.select_related("node").order_by("last_seen_at")[:nodes]
-        ),
+        nodes=list(NodeStatus.objects.select_related("node").order_by("last_seen_at")[:nodes]),
         recent_rejections=list(
             RejectedRecord.objects.select_related("node").order_by("-recorded_at")[:rejections]
         ),

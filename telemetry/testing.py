@@ -56,7 +56,9 @@ def fleet_node(
 ) -> FakeNode:
     """A node with ``gpus`` GPUs placed on it since ``placed_from``, and a node key."""
     if cluster is None:
-        site, _ = Site.objects.get_or_create(code="test", defaults={"name": "Test", "country": "DE"})
+        site, _ = Site.objects.get_or_create(
+            code="test", defaults={"name": "Test", "country": "DE"}
+        )
         cluster, _ = Cluster.objects.get_or_create(site=site, code="c1", defaults={"name": "C1"})
     model, _ = GpuModel.objects.get_or_create(
         name="NVIDIA H100 80GB HBM3", defaults={"memory_mib": 81559, "tdp_w": 700}
@@ -76,7 +78,10 @@ def fleet_node(
         ]
     )
     Placement.objects.bulk_create(
-        [Placement(gpu=gpu, node=node, slot=slot, valid_from=since) for slot, gpu in enumerate(made)]
+        [
+            Placement(gpu=gpu, node=node, slot=slot, valid_from=since)
+            for slot, gpu in enumerate(made)
+        ]
     )
     generation = 1
     key = node_key_derive(node_id=node.id, generation=generation)
@@ -116,12 +121,16 @@ def window(gpu_uuid: str, start: dt.datetime, **overrides: Any) -> dict[str, Any
     return doc
 
 
-def event(kind: str, at: dt.datetime, *, gpu_uuid: str | None = None, **overrides: Any) -> dict[str, Any]:
+def event(
+    kind: str, at: dt.datetime, *, gpu_uuid: str | None = None, **overrides: Any
+) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "event_id": str(uuid7(int(at.timestamp() * 1000))),
         "gpu_uuid": gpu_uuid,
         "kind": kind,
-        "occurred_at": at.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "occurred_at": at.astimezone(dt.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z"),
         "xid": None,
         "detail": {},
     }

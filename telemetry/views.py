@@ -35,11 +35,11 @@ _STATUS = {
 }
 
 
-def problem(
-    status: int, error: str, detail: str, *, field: str = "", **extra: Any
-) -> JsonResponse:
+def problem(status: int, error: str, detail: str, *, field: str = "", **extra: Any) -> JsonResponse:
     """Errors are ``{"error", "detail", "field"}`` (plus context such as ``window``)."""
-    response = JsonResponse({"error": error, "detail": detail, "field": field, **extra}, status=status)
+    response = JsonResponse(
+        {"error": error, "detail": detail, "field": field, **extra}, status=status
+    )
     if status in (409, 429, 503):
         response["Retry-After"] = "1" if status == 409 else RETRY_AFTER_S
     return response
@@ -69,12 +69,16 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
         node_id = uuid.UUID(request.headers.get("X-Steward-Node", ""))
         timestamp = int(request.headers.get("X-Steward-Timestamp", ""))
     except ValueError:
-        return _unauthorized("X-Steward-Node (a UUID) and X-Steward-Timestamp (unix seconds) are required.")
+        return _unauthorized(
+            "X-Steward-Node (a UUID) and X-Steward-Timestamp (unix seconds) are required."
+        )
     signature = request.headers.get("X-Steward-Signature", "")
     key_header = request.headers.get("Idempotency-Key", "")
     tolerance = settings.TELEMETRY_SIGNATURE_TOLERANCE_S
     if abs(time.time() - timestamp) > tolerance:
-        return _unauthorized(f"X-Steward-Timestamp is more than {tolerance} s from the server's clock.")
+        return _unauthorized(
+            f"X-Steward-Timestamp is more than {tolerance} s from the server's clock."
+        )
     body = request.body
     if len(body) > limit:
         return problem(413, "too_large", f"The body must be at most {limit} bytes as sent.")
@@ -103,9 +107,13 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
     try:
         batch_id = uuid.UUID(key_header)
     except ValueError:
-        return problem(400, "bad_request", "Idempotency-Key must be the batch's UUID.", field="Idempotency-Key")
+        return problem(
+            400, "bad_request", "Idempotency-Key must be the batch's UUID.", field="Idempotency-Key"
+        )
     if request.headers.get("Content-Encoding", "").lower() != "gzip":
-        return problem(415, "unsupported_media_type", "Send gzip(JSON) with Content-Encoding: gzip.")
+        return problem(
+            415, "unsupported_media_type", "Send gzip(JSON) with Content-Encoding: gzip."
+        )
     if request.content_type != "application/json":
         return problem(415, "unsupported_media_type", "Content-Type must be application/json.")
     try:
@@ -116,9 +124,13 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
         extra = {"window": exc.window} if exc.window else {}
         return problem(422, "invalid_batch", exc.detail, field=exc.field, **extra)
     if batch.batch_id != batch_id:
-        return problem(422, "invalid_batch", "batch_id differs from the Idempotency-Key.", field="batch_id")
+        return problem(
+            422, "invalid_batch", "batch_id differs from the Idempotency-Key.", field="batch_id"
+        )
     if batch.node_id is not None and batch.node_id != node_id:
-        return problem(422, "invalid_batch", "node_id differs from X-Steward-Node.", field="node_id")
+        return problem(
+            422, "invalid_batch", "node_id differs from X-Steward-Node.", field="node_id"
+        )
     receipt = batch_receive(
         node_id=node_id,
         batch_id=batch_id,

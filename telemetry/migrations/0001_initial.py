@@ -7,233 +7,478 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('fleet', '0002_ownership_invariants'),
+        ("fleet", "0002_ownership_invariants"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TelemetryWindow',
+            name="TelemetryWindow",
             fields=[
-                ('pk', models.CompositePrimaryKey('gpu', 'window_start', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('window_start', models.DateTimeField()),
-                ('batch_id', models.BigIntegerField(help_text='The IngestBatch it came in.')),
-                ('samples_ok', models.SmallIntegerField()),
-                ('samples_expected', models.SmallIntegerField()),
-                ('state', models.CharField(choices=[('up', 'Up'), ('degraded', 'Degraded'), ('down', 'Down'), ('no_data', 'No data')], max_length=8)),
-                ('state_reason', models.TextField(null=True)),
-                ('util_gpu_min', models.FloatField(null=True)),
-                ('util_gpu_avg', models.FloatField(null=True)),
-                ('util_gpu_max', models.FloatField(null=True)),
-                ('util_mem_avg', models.FloatField(null=True)),
-                ('util_mem_max', models.FloatField(null=True)),
-                ('mem_used_max_bytes', models.BigIntegerField(null=True)),
-                ('mem_total_bytes', models.BigIntegerField(null=True)),
-                ('power_avg_w', models.FloatField(null=True)),
-                ('power_max_w', models.FloatField(null=True)),
-                ('energy_mj', models.BigIntegerField(help_text='Cumulative counter, last value.', null=True)),
-                ('temp_avg_c', models.FloatField(null=True)),
-                ('temp_max_c', models.FloatField(null=True)),
-                ('clock_sm_avg_mhz', models.FloatField(null=True)),
-                ('clock_mem_avg_mhz', models.FloatField(null=True)),
-                ('throttle_reasons', models.BigIntegerField(null=True)),
-                ('ecc_corrected', models.BigIntegerField(null=True)),
-                ('ecc_uncorrected', models.BigIntegerField(null=True)),
-                ('remapped_rows_correctable', models.IntegerField(null=True)),
-                ('remapped_rows_uncorrectable', models.IntegerField(null=True)),
-                ('remapped_rows_pending', models.BooleanField(null=True)),
-                ('retired_pages', models.IntegerField(null=True)),
-                ('pcie_replays', models.BigIntegerField(null=True)),
-                ('recovery_action', models.SmallIntegerField(null=True)),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "gpu",
+                        "window_start",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("window_start", models.DateTimeField()),
+                ("batch_id", models.BigIntegerField(help_text="The IngestBatch it came in.")),
+                ("samples_ok", models.SmallIntegerField()),
+                ("samples_expected", models.SmallIntegerField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("up", "Up"),
+                            ("degraded", "Degraded"),
+                            ("down", "Down"),
+                            ("no_data", "No data"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("state_reason", models.TextField(null=True)),
+                ("util_gpu_min", models.FloatField(null=True)),
+                ("util_gpu_avg", models.FloatField(null=True)),
+                ("util_gpu_max", models.FloatField(null=True)),
+                ("util_mem_avg", models.FloatField(null=True)),
+                ("util_mem_max", models.FloatField(null=True)),
+                ("mem_used_max_bytes", models.BigIntegerField(null=True)),
+                ("mem_total_bytes", models.BigIntegerField(null=True)),
+                ("power_avg_w", models.FloatField(null=True)),
+                ("power_max_w", models.FloatField(null=True)),
+                (
+                    "energy_mj",
+                    models.BigIntegerField(help_text="Cumulative counter, last value.", null=True),
+                ),
+                ("temp_avg_c", models.FloatField(null=True)),
+                ("temp_max_c", models.FloatField(null=True)),
+                ("clock_sm_avg_mhz", models.FloatField(null=True)),
+                ("clock_mem_avg_mhz", models.FloatField(null=True)),
+                ("throttle_reasons", models.BigIntegerField(null=True)),
+                ("ecc_corrected", models.BigIntegerField(null=True)),
+                ("ecc_uncorrected", models.BigIntegerField(null=True)),
+                ("remapped_rows_correctable", models.IntegerField(null=True)),
+                ("remapped_rows_uncorrectable", models.IntegerField(null=True)),
+                ("remapped_rows_pending", models.BooleanField(null=True)),
+                ("retired_pages", models.IntegerField(null=True)),
+                ("pcie_replays", models.BigIntegerField(null=True)),
+                ("recovery_action", models.SmallIntegerField(null=True)),
             ],
             options={
-                'db_table': 'telemetry_window',
-                'ordering': ['gpu', 'window_start'],
-                'managed': False,
+                "db_table": "telemetry_window",
+                "ordering": ["gpu", "window_start"],
+                "managed": False,
             },
         ),
         migrations.CreateModel(
-            name='NodeCredential',
+            name="NodeCredential",
             fields=[
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='telemetry_credential', serialize=False, to='fleet.node')),
-                ('generation', models.PositiveIntegerField(default=1)),
-                ('key_sha256', models.CharField(max_length=64)),
-                ('issued_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="telemetry_credential",
+                        serialize=False,
+                        to="fleet.node",
+                    ),
+                ),
+                ("generation", models.PositiveIntegerField(default=1)),
+                ("key_sha256", models.CharField(max_length=64)),
+                ("issued_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['node'],
+                "ordering": ["node"],
             },
         ),
         migrations.CreateModel(
-            name='BootstrapToken',
+            name="BootstrapToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('token_sha256', models.CharField(max_length=64, unique=True)),
-                ('expires_at', models.DateTimeField()),
-                ('used_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fleet.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("token_sha256", models.CharField(max_length=64, unique=True)),
+                ("expires_at", models.DateTimeField()),
+                ("used_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_at",
+                    models.DateTimeField(default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="fleet.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='IngestBatch',
+            name="IngestBatch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('batch_id', models.UUIDField(help_text="The agent's Idempotency-Key.")),
-                ('body_sha256', models.CharField(max_length=64)),
-                ('body', models.BinaryField(help_text='gzip(JSON) exactly as received; emptied by retention.')),
-                ('schema', models.PositiveSmallIntegerField(default=1)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('claimed', 'Claimed'), ('processed', 'Processed'), ('failed', 'Failed')], default='pending', max_length=10)),
-                ('received_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('signed_at', models.DateTimeField(help_text="X-Steward-Timestamp: the node's clock.")),
-                ('window_count', models.PositiveIntegerField(default=0)),
-                ('event_count', models.PositiveIntegerField(default=0)),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('claimed_by', models.CharField(blank=True, max_length=200)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('processed_at', models.DateTimeField(blank=True, null=True)),
-                ('answer', models.JSONField(help_text='The body of the first answer, replayed on retries.')),
-                ('accepted_windows', models.PositiveIntegerField(default=0)),
-                ('accepted_events', models.PositiveIntegerField(default=0)),
-                ('rejected_count', models.PositiveIntegerField(default=0)),
-                ('error', models.TextField(blank=True)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("batch_id", models.UUIDField(help_text="The agent's Idempotency-Key.")),
+                ("body_sha256", models.CharField(max_length=64)),
+                (
+                    "body",
+                    models.BinaryField(
+                        help_text="gzip(JSON) exactly as received; emptied by retention."
+                    ),
+                ),
+                ("schema", models.PositiveSmallIntegerField(default=1)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("claimed", "Claimed"),
+                            ("processed", "Processed"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("received_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "signed_at",
+                    models.DateTimeField(help_text="X-Steward-Timestamp: the node's clock."),
+                ),
+                ("window_count", models.PositiveIntegerField(default=0)),
+                ("event_count", models.PositiveIntegerField(default=0)),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("claimed_by", models.CharField(blank=True, max_length=200)),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("processed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "answer",
+                    models.JSONField(
+                        help_text="The body of the first answer, replayed on retries."
+                    ),
+                ),
+                ("accepted_windows", models.PositiveIntegerField(default=0)),
+                ("accepted_events", models.PositiveIntegerField(default=0)),
+                ("rejected_count", models.PositiveIntegerField(default=0)),
+                ("error", models.TextField(blank=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="fleet.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-received_at'],
+                "ordering": ["-received_at"],
             },
         ),
         migrations.CreateModel(
-            name='NodeStatus',
+            name="NodeStatus",
             fields=[
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='telemetry_status', serialize=False, to='fleet.node')),
-                ('last_seen_at', models.DateTimeField(blank=True, help_text='Last batch received.', null=True)),
-                ('last_window_end', models.DateTimeField(blank=True, null=True)),
-                ('clock_skew_s', models.FloatField(blank=True, null=True)),
-                ('agent_version', models.CharField(blank=True, max_length=64)),
-                ('driver_version', models.CharField(blank=True, max_length=64)),
-                ('stale', models.BooleanField(default=False)),
-                ('stale_since', models.DateTimeField(blank=True, null=True)),
-                ('reported_gpus', models.JSONField(blank=True, default=list, help_text='At enrolment.')),
-                ('enrolled_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="telemetry_status",
+                        serialize=False,
+                        to="fleet.node",
+                    ),
+                ),
+                (
+                    "last_seen_at",
+                    models.DateTimeField(blank=True, help_text="Last batch received.", null=True),
+                ),
+                ("last_window_end", models.DateTimeField(blank=True, null=True)),
+                ("clock_skew_s", models.FloatField(blank=True, null=True)),
+                ("agent_version", models.CharField(blank=True, max_length=64)),
+                ("driver_version", models.CharField(blank=True, max_length=64)),
+                ("stale", models.BooleanField(default=False)),
+                ("stale_since", models.DateTimeField(blank=True, null=True)),
+                (
+                    "reported_gpus",
+                    models.JSONField(blank=True, default=list, help_text="At enrolment."),
+                ),
+                ("enrolled_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'verbose_name_plural': 'node statuses',
-                'ordering': ['node'],
-                'indexes': [models.Index(condition=models.Q(('stale', False)), fields=['last_seen_at'], name='telemetry_node_fresh')],
+                "verbose_name_plural": "node statuses",
+                "ordering": ["node"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("stale", False)),
+                        fields=["last_seen_at"],
+                        name="telemetry_node_fresh",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='RejectedRecord',
+            name="RejectedRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('window', 'Window'), ('event', 'Event')], max_length=6)),
-                ('index', models.PositiveIntegerField(help_text="Position in the batch's windows or events.")),
-                ('gpu_uuid', models.CharField(blank=True, max_length=64)),
-                ('at', models.DateTimeField(blank=True, help_text='window_start or occurred_at', null=True)),
-                ('reason', models.CharField(max_length=40)),
-                ('detail', models.TextField()),
-                ('payload', models.JSONField()),
-                ('recorded_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('batch', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rejections', to='telemetry.ingestbatch')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("window", "Window"), ("event", "Event")], max_length=6
+                    ),
+                ),
+                (
+                    "index",
+                    models.PositiveIntegerField(
+                        help_text="Position in the batch's windows or events."
+                    ),
+                ),
+                ("gpu_uuid", models.CharField(blank=True, max_length=64)),
+                (
+                    "at",
+                    models.DateTimeField(
+                        blank=True, help_text="window_start or occurred_at", null=True
+                    ),
+                ),
+                ("reason", models.CharField(max_length=40)),
+                ("detail", models.TextField()),
+                ("payload", models.JSONField()),
+                ("recorded_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "batch",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="rejections",
+                        to="telemetry.ingestbatch",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="fleet.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-recorded_at'],
+                "ordering": ["-recorded_at"],
             },
         ),
         migrations.CreateModel(
-            name='TelemetryEvent',
+            name="TelemetryEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_id', models.UUIDField()),
-                ('gpu_uuid', models.CharField(blank=True, max_length=64)),
-                ('kind', models.CharField(choices=[('xid', 'XID'), ('gpu_lost', 'GPU lost'), ('gpu_recovered', 'GPU recovered'), ('gpu_missing', 'GPU missing'), ('gpu_appeared', 'GPU appeared'), ('nvml_unavailable', 'NVML unavailable'), ('nvml_stall', 'NVML stall'), ('spool_dropped', 'Spool dropped')], max_length=20)),
-                ('occurred_at', models.DateTimeField()),
-                ('xid', models.IntegerField(null=True)),
-                ('detail', models.JSONField(default=dict)),
-                ('batch_id', models.BigIntegerField(help_text='The IngestBatch it came in.')),
-                ('gpu', models.ForeignKey(null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.gpu')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("event_id", models.UUIDField()),
+                ("gpu_uuid", models.CharField(blank=True, max_length=64)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("xid", "XID"),
+                            ("gpu_lost", "GPU lost"),
+                            ("gpu_recovered", "GPU recovered"),
+                            ("gpu_missing", "GPU missing"),
+                            ("gpu_appeared", "GPU appeared"),
+                            ("nvml_unavailable", "NVML unavailable"),
+                            ("nvml_stall", "NVML stall"),
+                            ("spool_dropped", "Spool dropped"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("occurred_at", models.DateTimeField()),
+                ("xid", models.IntegerField(null=True)),
+                ("detail", models.JSONField(default=dict)),
+                ("batch_id", models.BigIntegerField(help_text="The IngestBatch it came in.")),
+                (
+                    "gpu",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="fleet.gpu",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="fleet.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-occurred_at'],
+                "ordering": ["-occurred_at"],
             },
         ),
         migrations.CreateModel(
-            name='GpuStateTransition',
+            name="GpuStateTransition",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('state', models.CharField(choices=[('up', 'Up'), ('degraded', 'Degraded'), ('down', 'Down'), ('no_data', 'No data')], max_length=8)),
-                ('reason', models.TextField(blank=True)),
-                ('at', models.DateTimeField()),
-                ('recorded_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('gpu', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.gpu')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("up", "Up"),
+                            ("degraded", "Degraded"),
+                            ("down", "Down"),
+                            ("no_data", "No data"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True)),
+                ("at", models.DateTimeField()),
+                ("recorded_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "gpu",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="fleet.gpu",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['gpu', 'at'],
-                'constraints': [models.UniqueConstraint(fields=('gpu', 'at'), name='telemetry_transition_once')],
+                "ordering": ["gpu", "at"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("gpu", "at"), name="telemetry_transition_once")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='HourlyRollup',
+            name="HourlyRollup",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('hour', models.DateTimeField()),
-                ('windows', models.PositiveIntegerField()),
-                ('seconds_up', models.PositiveIntegerField()),
-                ('seconds_degraded', models.PositiveIntegerField()),
-                ('seconds_down', models.PositiveIntegerField()),
-                ('util_gpu_seconds', models.DecimalField(decimal_places=3, help_text='Σ utilization (%) × seconds over up and degraded windows.', max_digits=20)),
-                ('energy_kwh', models.DecimalField(decimal_places=9, max_digits=20)),
-                ('temp_max_c', models.FloatField(null=True)),
-                ('ecc_corrected', models.BigIntegerField(help_text='Counter increase within the hour.')),
-                ('ecc_uncorrected', models.BigIntegerField(help_text='Counter increase within the hour.')),
-                ('xid_events', models.PositiveIntegerField()),
-                ('computed_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('gpu', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.gpu')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("hour", models.DateTimeField()),
+                ("windows", models.PositiveIntegerField()),
+                ("seconds_up", models.PositiveIntegerField()),
+                ("seconds_degraded", models.PositiveIntegerField()),
+                ("seconds_down", models.PositiveIntegerField()),
+                (
+                    "util_gpu_seconds",
+                    models.DecimalField(
+                        decimal_places=3,
+                        help_text="Σ utilization (%) × seconds over up and degraded windows.",
+                        max_digits=20,
+                    ),
+                ),
+                ("energy_kwh", models.DecimalField(decimal_places=9, max_digits=20)),
+                ("temp_max_c", models.FloatField(null=True)),
+                (
+                    "ecc_corrected",
+                    models.BigIntegerField(help_text="Counter increase within the hour."),
+                ),
+                (
+                    "ecc_uncorrected",
+                    models.BigIntegerField(help_text="Counter increase within the hour."),
+                ),
+                ("xid_events", models.PositiveIntegerField()),
+                ("computed_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "gpu",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="fleet.gpu",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['gpu', 'hour'],
-                'indexes': [models.Index(fields=['hour'], name='telemetry_h_hour_172d40_idx')],
-                'constraints': [models.UniqueConstraint(fields=('gpu', 'hour'), name='telemetry_rollup_once')],
+                "ordering": ["gpu", "hour"],
+                "indexes": [models.Index(fields=["hour"], name="telemetry_h_hour_172d40_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("gpu", "hour"), name="telemetry_rollup_once")
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='ingestbatch',
-            index=models.Index(condition=models.Q(('status__in', ['pending', 'claimed'])), fields=['received_at'], name='telemetry_batch_unfinished'),
+            model_name="ingestbatch",
+            index=models.Index(
+                condition=models.Q(("status__in", ["pending", "claimed"])),
+                fields=["received_at"],
+                name="telemetry_batch_unfinished",
+            ),
         ),
         migrations.AddIndex(
-            model_name='ingestbatch',
-            index=models.Index(fields=['node', 'received_at'], name='telemetry_batch_node_recv'),
+            model_name="ingestbatch",
+            index=models.Index(fields=["node", "received_at"], name="telemetry_batch_node_recv"),
         ),
         migrations.AddConstraint(
-            model_name='ingestbatch',
-            constraint=models.UniqueConstraint(fields=('node', 'batch_id'), name='telemetry_batch_key_per_node'),
+            model_name="ingestbatch",
+            constraint=models.UniqueConstraint(
+                fields=("node", "batch_id"), name="telemetry_batch_key_per_node"
+            ),
         ),
         migrations.AddIndex(
-            model_name='rejectedrecord',
-            index=models.Index(fields=['-recorded_at'], name='telemetry_rej_recent'),
+            model_name="rejectedrecord",
+            index=models.Index(fields=["-recorded_at"], name="telemetry_rej_recent"),
         ),
         migrations.AddConstraint(
-            model_name='rejectedrecord',
-            constraint=models.UniqueConstraint(fields=('batch', 'kind', 'index'), name='telemetry_rejection_once'),
+            model_name="rejectedrecord",
+            constraint=models.UniqueConstraint(
+                fields=("batch", "kind", "index"), name="telemetry_rejection_once"
+            ),
         ),
         migrations.AddIndex(
-            model_name='telemetryevent',
-            index=models.Index(fields=['gpu', 'occurred_at'], name='telemetry_t_gpu_id_5019a6_idx'),
+            model_name="telemetryevent",
+            index=models.Index(fields=["gpu", "occurred_at"], name="telemetry_t_gpu_id_5019a6_idx"),
         ),
         migrations.AddConstraint(
-            model_name='telemetryevent',
-            constraint=models.UniqueConstraint(fields=('node', 'event_id'), name='telemetry_event_once'),
+            model_name="telemetryevent",
+            constraint=models.UniqueConstraint(
+                fields=("node", "event_id"), name="telemetry_event_once"
+            ),
         ),
     ]

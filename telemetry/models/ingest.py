@@ -45,7 +45,9 @@ class IngestBatch(models.Model):
     class Meta:
         ordering: ClassVar = ["-received_at"]
         constraints: ClassVar = [
-            models.UniqueConstraint(fields=["node", "batch_id"], name="telemetry_batch_key_per_node"),
+            models.UniqueConstraint(
+                fields=["node", "batch_id"], name="telemetry_batch_key_per_node"
+            ),
         ]
         indexes: ClassVar = [
             # The workers' queue: only unfinished batches are indexed, oldest first.

@@ -36,7 +36,7 @@ class TelemetryWindow(models.Model):
     samples_ok = models.SmallIntegerField()
     samples_expected = models.SmallIntegerField()
     state = models.CharField(max_length=8, choices=GpuState.choices)
-    state_reason = models.TextField(null=True)
+    state_reason = models.TextField(null=True)  # noqa: DJ001
     util_gpu_min = models.FloatField(null=True)
     util_gpu_avg = models.FloatField(null=True)
     util_gpu_max = models.FloatField(null=True)
@@ -141,7 +141,7 @@ class HourlyRollup(models.Model):
     util_gpu_seconds = models.DecimalField(
         max_digits=20,
         decimal_places=3,
-        help_text="Σ utilization (%) × seconds over up and degraded windows.",
+        help_text="Σ utilization (%) x seconds over up and degraded windows.",
     )
     energy_kwh = models.DecimalField(max_digits=20, decimal_places=9)
     temp_max_c = models.FloatField(null=True)

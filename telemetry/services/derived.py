@@ -78,14 +78,14 @@ SELECT r.gpu_id, e.state, e.reason, e.at, now()
  WHERE e.state IS NOT NULL
 ON CONFLICT (gpu_id, at) DO UPDATE
    SET state = EXCLUDED.state, reason = EXCLUDED.reason, recorded_at = EXCLUDED.recorded_at
-"""
+"""  # noqa: S608 - constants only, no input
 
 _HOURS_FROM_REGIONS = f"""
 INSERT INTO telemetry_touched_hours (gpu_id, hour)
 SELECT DISTINCT w.gpu_id, date_trunc('hour', w.window_start, 'UTC')
   FROM telemetry_touched t {_REGION}
 ON CONFLICT DO NOTHING
-"""
+"""  # noqa: S608 - constants only, no input
 
 _HOURS_FROM_ARRAYS = """
 INSERT INTO telemetry_touched_hours (gpu_id, hour)
@@ -148,7 +148,7 @@ ON CONFLICT (gpu_id, hour) DO UPDATE SET
     temp_max_c = EXCLUDED.temp_max_c, ecc_corrected = EXCLUDED.ecc_corrected,
     ecc_uncorrected = EXCLUDED.ecc_uncorrected, xid_events = EXCLUDED.xid_events,
     computed_at = EXCLUDED.computed_at
-"""
+"""  # noqa: S608 - constants only, no input
 
 
 def derived_update(
@@ -183,10 +183,12 @@ def derived_update(
     cursor.execute(_ROLLUPS, {"around": LOOKAROUND})
 
 
-def rollups_rebuild(*, start: dt.datetime, end: dt.datetime, gpu_ids: list[uuid.UUID] | None = None) -> int:
+def rollups_rebuild(
+    *, start: dt.datetime, end: dt.datetime, gpu_ids: list[uuid.UUID] | None = None
+) -> int:
     """Recomputes every hourly rollup in ``[start, end)`` that has windows or XID events."""
     gpu_filter = "AND gpu_id = ANY(%(gpus)s)" if gpu_ids is not None else ""
-    params = {"start": start, "end": end, "gpus": gpu_ids, "around": LOOKAROUND}
+    params: dict[str, Any] = {"start": start, "end": end, "gpus": gpu_ids, "around": LOOKAROUND}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(_TOUCHED)
@@ -200,7 +202,7 @@ def rollups_rebuild(*, start: dt.datetime, end: dt.datetime, gpu_ids: list[uuid.
               FROM telemetry_telemetryevent
              WHERE kind = 'xid' AND gpu_id IS NOT NULL
                AND occurred_at >= %(start)s AND occurred_at < %(end)s {gpu_filter}
-            """,
+            """,  # noqa: S608 - constants only, no input
             params,
         )
         cursor.execute(_ROLLUPS, params)

@@ -23,9 +23,7 @@ def _token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def bootstrap_token_issue(
-    *, node: Node, by: User | None, ttl: dt.timedelta | None = None
-) -> str:
+def bootstrap_token_issue(*, node: Node, by: User | None, ttl: dt.timedelta | None = None) -> str:
     """A one-time token for node's agent; returned once, stored only as its SHA-256."""
     token = secrets.token_urlsafe(32)
     ttl = ttl or dt.timedelta(seconds=settings.TELEMETRY_BOOTSTRAP_TOKEN_TTL_S)

@@ -55,7 +55,9 @@ def window_partitions_ensure(*, days: Iterable[dt.date]) -> list[dt.date]:
 
 
 def window_partitions_ahead(*, today: dt.date, days_ahead: int) -> list[dt.date]:
-    return window_partitions_ensure(days=[today + dt.timedelta(days=n) for n in range(days_ahead + 1)])
+    return window_partitions_ensure(
+        days=[today + dt.timedelta(days=n) for n in range(days_ahead + 1)]
+    )
 
 
 def window_partitions_drop_before(*, day: dt.date) -> list[dt.date]:

@@ -46,9 +46,7 @@ WINDOW_TYPES = (
     "float8", "float8", "int8", "int8", "int8", "int4", "int4", "bool", "int4", "int8", "int2",
 )  # fmt: skip
 COPY_WINDOWS = f"COPY telemetry_window ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
-COPY_STAGE = (
-    f"COPY telemetry_window_stage ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
-)
+COPY_STAGE = f"COPY telemetry_window_stage ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
 
 @dataclass
@@ -84,7 +82,7 @@ def batches_claim(*, worker: str, limit: int) -> list[Claim]:
              WHERE b.id = picked.id
             RETURNING b.id, b.window_count, b.attempts
             """,
-            {"worker": worker, "timeout": timeout, "limit": limit},
+            {"worker": worker, "timeout": timeout, "limit": limit},  # type: ignore[dict-item]
         )
         rows = cursor.fetchall()
         # A batch that keeps killing its worker is set aside for an operator, not retried forever.
@@ -314,7 +312,9 @@ def _impossible(w: Window) -> str | None:
         return f"samples_ok {w.samples_ok} > samples_expected {w.samples_expected}"
     for name in ("util_gpu", "util_mem", "mem_used_bytes", "temp_c", "clock_sm_mhz"):
         stats = getattr(w, name)
-        if stats is not None and not (stats.min <= stats.avg + 1e-6 and stats.avg <= stats.max + 1e-6):
+        if stats is not None and not (
+            stats.min <= stats.avg + 1e-6 and stats.avg <= stats.max + 1e-6
+        ):
             return f"{name}: min {stats.min}, avg {stats.avg}, max {stats.max} are out of order"
     if w.power_w is not None and w.power_w.avg > w.power_w.max + 1e-6:
         return f"power_w: avg {w.power_w.avg} > max {w.power_w.max}"
@@ -359,18 +359,29 @@ def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt
         def reject(kind: str, index: int, gpu_uuid: str, at: dt.datetime, reason: str,
                    detail: str, payload: Any, item: _Loaded = item) -> None:  # fmt: skip
             item.rejected += 1
-            work.rejections.append((item.id, item.node_id, kind, index, gpu_uuid, at, reason, detail, payload))
+            work.rejections.append(
+                (item.id, item.node_id, kind, index, gpu_uuid, at, reason, detail, payload)
+            )
 
         for index, w in enumerate(item.batch.windows):
             start = w.window_start
             gpu_id = _placed_gpu(placed, item.node_id, w.gpu_uuid, start)
             problem: tuple[str, str] | None = None
             if gpu_id is None:
-                problem = ("not_placed", f"GPU {w.gpu_uuid} is not placed on this node at {start:%Y-%m-%dT%H:%M:%SZ}")
+                problem = (
+                    "not_placed",
+                    f"GPU {w.gpu_uuid} is not placed on this node at {start:%Y-%m-%dT%H:%M:%SZ}",
+                )
             elif start > future:
-                problem = ("future", f"window_start is {(start - item.received_at).total_seconds():.0f} s after receipt (limit {settings.TELEMETRY_MAX_FUTURE_S} s)")
+                problem = (
+                    "future",
+                    f"window_start is {(start - item.received_at).total_seconds():.0f} s after receipt (limit {settings.TELEMETRY_MAX_FUTURE_S} s)",  # noqa: E501
+                )
             elif start < floor:
-                problem = ("beyond_retention", f"window_start is older than the {settings.TELEMETRY_RAW_RETENTION_DAYS}-day raw retention")
+                problem = (
+                    "beyond_retention",
+                    f"window_start is older than the {settings.TELEMETRY_RAW_RETENTION_DAYS}-day raw retention",  # noqa: E501
+                )
             else:
                 impossible = _impossible(w)
                 if impossible:
@@ -395,12 +406,14 @@ def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt
         for index, e in enumerate(item.batch.events):
             if e.occurred_at > future:
                 reject("event", index, e.gpu_uuid or "", e.occurred_at, "future",
-                       f"occurred_at is {(e.occurred_at - item.received_at).total_seconds():.0f} s after receipt",
+                       f"occurred_at is {(e.occurred_at - item.received_at).total_seconds():.0f} s after receipt",  # noqa: E501
                        _to_builtins(e))  # fmt: skip
                 continue
             # An event may name a GPU that is not (or no longer) placed here — gpu_appeared,
             # gpu_missing — so it is kept, with the GPU resolved only when it is placed.
-            gpu_id = _placed_gpu(placed, item.node_id, e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
+            gpu_id = (
+                _placed_gpu(placed, item.node_id, e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
+            )
             item.accepted_events += 1
             work.event_rows.append(
                 (item.node_id, e.event_id, gpu_id, e.gpu_uuid or "", e.kind, e.occurred_at, e.xid,
@@ -523,5 +536,3 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
             [latest[n].batch.agent.driver_version or "" for n in nodes],
         ],
     )
-
-

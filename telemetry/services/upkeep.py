@@ -99,5 +99,3 @@ def batches_purge(*, now: dt.datetime) -> int:
             [cutoff],
         )
         return int(cursor.rowcount)
-
-

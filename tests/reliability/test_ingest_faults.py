@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from django.conf import settings
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -84,7 +83,9 @@ def test_replaying_every_batch_three_times_loses_and_duplicates_nothing(celery_w
     for _round in range(3):
         for body, headers in signed:
             headers = dict(headers)
-            response = client.post(BATCHES_PATH, data=body, content_type=headers.pop("Content-Type"), headers=headers)
+            response = client.post(
+                BATCHES_PATH, data=body, content_type=headers.pop("Content-Type"), headers=headers
+            )
             statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
     assert statuses == {202: REPLAY_BATCHES, 200: 2 * REPLAY_BATCHES}
     assert wait_for(all_processed, timeout=300)
@@ -135,7 +136,9 @@ def test_flushing_redis_mid_ingest_loses_nothing(celery_worker, settings):
     broker = redis.Redis.from_url(os.environ["REDIS_URL"])
     for i, document in enumerate(documents):
         body, headers = signed_batch(node, document)
-        response = client.post(BATCHES_PATH, data=body, content_type=headers.pop("Content-Type"), headers=headers)
+        response = client.post(
+            BATCHES_PATH, data=body, content_type=headers.pop("Content-Type"), headers=headers
+        )
         assert response.status_code == 202
         if i in (100, 250):
             broker.flushdb()  # queued tasks, the kick flag, results: all gone
@@ -171,7 +174,7 @@ def test_a_worker_killed_mid_batch_loses_nothing(celery_worker, settings):
         "PYTHONWARNINGS": "ignore",
     }
     doomed = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", f"--queues={queue}",
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", f"--queues={queue}",  # noqa: E501
          "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=ERROR"],
         cwd=ROOT, env=env,
     )  # fmt: skip
@@ -180,7 +183,9 @@ def test_a_worker_killed_mid_batch_loses_nothing(celery_worker, settings):
 
         task.apply_async(queue=queue)
         assert wait_for(
-            lambda: IngestBatch.objects.filter(status="processed").count() >= 20, timeout=60, every=0.01
+            lambda: IngestBatch.objects.filter(status="processed").count() >= 20,
+            timeout=60,
+            every=0.01,
         )
         os.kill(doomed.pid, signal.SIGKILL)
         doomed.wait()
@@ -236,7 +241,9 @@ def test_a_postgres_restart_mid_ingest_loses_nothing(db):
         "LOG_LEVEL": "ERROR",
         "PYTHONWARNINGS": "ignore",
     }
-    run = lambda *args: subprocess.run([sys.executable, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True)  # noqa: E731
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [sys.executable, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    )
     run("manage.py", "migrate", "--verbosity=0")
     made = run("-c", (
         "import django, json; django.setup(); from telemetry.testing import fleet_node;"
@@ -246,14 +253,14 @@ def test_a_postgres_restart_mid_ingest_loses_nothing(db):
     made_node = json.loads(made.stdout.strip().splitlines()[-1])
     port = 18000 + os.getpid() % 1000
     procs = [
-        subprocess.Popen([sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}",
+        subprocess.Popen([sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}",  # noqa: E501
                           "--workers", "2", "--log-level", "error"], cwd=ROOT, env=env),
         subprocess.Popen([sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo",
                           f"--queues={queue}", "--without-gossip", "--without-mingle",
                           "--without-heartbeat", "--loglevel=ERROR"], cwd=ROOT, env=env),
     ]  # fmt: skip
     try:
-        from telemetry.testing import FakeNode, signed_headers
+        from telemetry.testing import FakeNode
 
         class _Node:
             id = made_node["id"]
@@ -292,16 +299,16 @@ def test_a_postgres_restart_mid_ingest_loses_nothing(db):
 
         def finished() -> bool:
             app.send_task("telemetry.batches_sweep", queue=queue)
-            with psycopg.connect(url) as conn:
-                (left,) = conn.execute(
+            with psycopg.connect(url) as db:
+                row = db.execute(
                     "SELECT count(*) FROM telemetry_ingestbatch WHERE status <> 'processed'"
                 ).fetchone()
-            return left == 0
+            return row is not None and int(row[0]) == 0
 
         restarter.join()
         assert wait_for(finished, timeout=120, every=1.0)
-        with psycopg.connect(url) as conn:
-            rows = conn.execute(
+        with psycopg.connect(url) as db:
+            rows = db.execute(
                 "SELECT g.nvml_uuid, w.window_start FROM telemetry_window w "
                 "JOIN fleet_gpu g ON g.id = w.gpu_id"
             ).fetchall()
@@ -327,5 +334,3 @@ def _port_open(port: int) -> bool:
         return True
     except OSError:
         return False
-
-

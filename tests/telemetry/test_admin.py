@@ -24,7 +24,13 @@ def console(client, oscar):
 
 def test_ingest_health_shows_queue_nodes_and_rejections(console, node, post):
     start = NOW.replace(second=0) - dt.timedelta(minutes=3)
-    post(node, batch_document(node=node, windows=[window(node.gpus[0].nvml_uuid, start), window("GPU-stranger", start)]))
+    post(
+        node,
+        batch_document(
+            node=node,
+            windows=[window(node.gpus[0].nvml_uuid, start), window("GPU-stranger", start)],
+        ),
+    )
     batches_process(worker="w")
     post(node, batch_document(node=node, windows=[]))  # one left pending
     response = console.get(reverse("admin:telemetry_ingest_health"))
@@ -37,7 +43,17 @@ def test_ingest_health_shows_queue_nodes_and_rejections(console, node, post):
 
 
 @pytest.mark.parametrize(
-    "model", ["ingestbatch", "rejectedrecord", "telemetryevent", "gpustatetransition", "hourlyrollup", "nodestatus", "nodecredential", "bootstraptoken"]
+    "model",
+    [
+        "ingestbatch",
+        "rejectedrecord",
+        "telemetryevent",
+        "gpustatetransition",
+        "hourlyrollup",
+        "nodestatus",
+        "nodecredential",
+        "bootstraptoken",
+    ],
 )
 def test_changelists_load_without_counting(console, node, model, django_assert_max_num_queries):
     with django_assert_max_num_queries(12):
@@ -45,7 +61,9 @@ def test_changelists_load_without_counting(console, node, model, django_assert_m
 
 
 def test_a_bootstrap_token_is_issued_from_the_console_and_shown_once(console, node):
-    response = console.post(reverse("admin:telemetry_bootstraptoken_add"), {"node": node.id}, follow=True)
+    response = console.post(
+        reverse("admin:telemetry_bootstraptoken_add"), {"node": node.id}, follow=True
+    )
     assert response.status_code == 200
     shown = [str(m) for m in response.context["messages"]]
     assert any(node.node.hostname in m and "shown once" in m for m in shown)

@@ -17,7 +17,9 @@ START = NOW.replace(second=0) - dt.timedelta(minutes=2)
 
 
 def doc_for(node, **window_overrides):
-    return batch_document(node=node, windows=[window(node.gpus[0].nvml_uuid, START, **window_overrides)])
+    return batch_document(
+        node=node, windows=[window(node.gpus[0].nvml_uuid, START, **window_overrides)]
+    )
 
 
 def test_a_signed_batch_is_stored_raw_and_acknowledged_202(node, post):
@@ -32,7 +34,11 @@ def test_a_signed_batch_is_stored_raw_and_acknowledged_202(node, post):
         "events": 0,
     }
     stored = IngestBatch.objects.get()
-    assert (stored.node_id, str(stored.batch_id), stored.status) == (node.id, document["batch_id"], "pending")
+    assert (stored.node_id, str(stored.batch_id), stored.status) == (
+        node.id,
+        document["batch_id"],
+        "pending",
+    )
     assert json.loads(gzip.decompress(bytes(stored.body))) == document
     assert stored.window_count == 1
     assert stored.signed_at == NOW.replace(microsecond=0)
@@ -87,7 +93,7 @@ def test_keys_are_per_node(node, post):
 )
 def test_unauthenticated_requests_are_401_and_store_nothing(node, post, case, expected_error):
     document = doc_for(node)
-    kwargs = {}
+    kwargs: dict[str, object] = {}
     if case == "bad_signature":
         kwargs["headers"] = {"X-Steward-Signature": "v1=" + "0" * 64}
     elif case == "expired_timestamp":
@@ -127,7 +133,10 @@ def test_a_body_over_1_mib_is_413(node, client):
     body = b"\x1f\x8b" + bytes(2 * 1024 * 1024)
     headers = signed_headers(node_id=node.id, key=node.key, body=body, batch_id=str(uuid7()))
     response = client.post(
-        "/api/v1/telemetry/batches", data=body, content_type=headers.pop("Content-Type"), headers=headers
+        "/api/v1/telemetry/batches",
+        data=body,
+        content_type=headers.pop("Content-Type"),
+        headers=headers,
     )
     assert response.status_code == 413
     assert not IngestBatch.objects.exists()

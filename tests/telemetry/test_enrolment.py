@@ -69,6 +69,9 @@ def test_re_enrolment_revokes_the_previous_key(bare_node, client):
         fake = FakeNode(node=bare_node, key=key)
         body, headers = signed_batch(fake, batch_document(node=fake, windows=[]))
         response = client.post(
-            "/api/v1/telemetry/batches", data=body, content_type=headers.pop("Content-Type"), headers=headers
+            "/api/v1/telemetry/batches",
+            data=body,
+            content_type=headers.pop("Content-Type"),
+            headers=headers,
         )
         assert response.status_code == status

@@ -43,8 +43,7 @@ def process():
 
 def transitions(gpu):
     return [
-        (t.state, t.at, t.reason)
-        for t in GpuStateTransition.objects.filter(gpu=gpu).order_by("at")
+        (t.state, t.at, t.reason) for t in GpuStateTransition.objects.filter(gpu=gpu).order_by("at")
     ]
 
 
@@ -67,7 +66,9 @@ def test_valid_windows_are_stored_and_bad_ones_recorded_with_reasons(node, post)
     assert list(TelemetryWindow.objects.values_list("gpu_id", "window_start")) == [
         (node.gpus[0].id, at(0))
     ]
-    rejected = list(RejectedRecord.objects.order_by("index").values_list("index", "reason", "gpu_uuid"))
+    rejected = list(
+        RejectedRecord.objects.order_by("index").values_list("index", "reason", "gpu_uuid")
+    )
     assert rejected == [
         (1, "not_placed", "GPU-not-here"),
         (2, "future", g1),
@@ -84,7 +85,9 @@ def test_a_window_before_the_gpu_was_placed_is_rejected(db, post):
     from telemetry.testing import fleet_node
 
     node = fleet_node(gpus=1, placed_from=at(10))
-    send(post, node, [window(node.gpus[0].nvml_uuid, at(9)), window(node.gpus[0].nvml_uuid, at(10))])
+    send(
+        post, node, [window(node.gpus[0].nvml_uuid, at(9)), window(node.gpus[0].nvml_uuid, at(10))]
+    )
     process()
     assert TelemetryWindow.objects.count() == 1
     assert RejectedRecord.objects.get().reason == "not_placed"
@@ -132,7 +135,11 @@ def test_late_windows_that_fill_a_gap_rewrite_its_transitions(node, post):
     g0 = node.gpus[0]
     send(post, node, [window(g0.nvml_uuid, at(m)) for m in (0, 1, 4, 5)])
     process()
-    assert transitions(g0) == [("up", at(0), ""), ("no_data", at(2), "no telemetry"), ("up", at(4), "")]
+    assert transitions(g0) == [
+        ("up", at(0), ""),
+        ("no_data", at(2), "no telemetry"),
+        ("up", at(4), ""),
+    ]
     send(post, node, [window(g0.nvml_uuid, at(2)), window(g0.nvml_uuid, at(3), state="down")])
     process()
     assert transitions(g0) == [("up", at(0), ""), ("down", at(3), ""), ("up", at(4), "")]
@@ -141,7 +148,13 @@ def test_late_windows_that_fill_a_gap_rewrite_its_transitions(node, post):
 def test_energy_deltas_handle_counter_resets(node, post):
     g0 = node.gpus[0]
     mj = 3_600_000  # 0.001 kWh
-    counters = [100 * mj, 101 * mj, 103 * mj, 2 * mj, 4 * mj]  # reset (driver reload) before the 4th
+    counters = [
+        100 * mj,
+        101 * mj,
+        103 * mj,
+        2 * mj,
+        4 * mj,
+    ]  # reset (driver reload) before the 4th
     send(post, node, [window(g0.nvml_uuid, at(m), energy_mj=c) for m, c in enumerate(counters)])
     process()
     rollup = HourlyRollup.objects.get(gpu=g0)
@@ -169,16 +182,30 @@ def test_rollups_are_exact(node, post):
         node,
         [
             window(g0.nvml_uuid, at(0), util_gpu={"min": 0, "avg": 10.5, "max": 20}),
-            window(g0.nvml_uuid, at(1), state="degraded", util_gpu={"min": 0, "avg": 30, "max": 40}),
-            window(g0.nvml_uuid, at(2), state="down", util_gpu=None, temp_c={"min": 1, "avg": 2, "max": 90}),
+            window(
+                g0.nvml_uuid, at(1), state="degraded", util_gpu={"min": 0, "avg": 30, "max": 40}
+            ),
+            window(
+                g0.nvml_uuid,
+                at(2),
+                state="down",
+                util_gpu=None,
+                temp_c={"min": 1, "avg": 2, "max": 90},
+            ),
             window(g0.nvml_uuid, at(3), ecc_corrected=5, ecc_uncorrected=1),
         ],
         [event("xid", at(2), gpu_uuid=g0.nvml_uuid, xid=79), event("nvml_stall", at(2))],
     )
     process()
     r = HourlyRollup.objects.get(gpu=g0)
-    assert (r.hour, r.windows, r.seconds_up, r.seconds_degraded, r.seconds_down) == (T0, 4, 120, 60, 60)
-    assert r.util_gpu_seconds == Decimal("5430.000")  # (10.5 + 30 + 50) × 60 over up/degraded
+    assert (r.hour, r.windows, r.seconds_up, r.seconds_degraded, r.seconds_down) == (
+        T0,
+        4,
+        120,
+        60,
+        60,
+    )
+    assert r.util_gpu_seconds == Decimal("5430.000")  # (10.5 + 30 + 50) x 60 over up/degraded
     assert (r.temp_max_c, r.ecc_corrected, r.ecc_uncorrected, r.xid_events) == (90.0, 5, 1, 1)
 
 
@@ -197,10 +224,12 @@ def test_incremental_rollups_equal_a_rebuild_after_out_of_order_delivery(node, p
     windows = []
     for g in node.gpus:
         energy = 0
-        for m in range(0, 240):
+        for m in range(240):
             if rng.random() < 0.1:
                 continue  # gaps
-            energy = rng.randrange(0, 10**6) if rng.random() < 0.02 else energy + rng.randrange(10**7)
+            energy = (
+                rng.randrange(0, 10**6) if rng.random() < 0.02 else energy + rng.randrange(10**7)
+            )
             windows.append(
                 window(
                     g.nvml_uuid,
@@ -218,7 +247,9 @@ def test_incremental_rollups_equal_a_rebuild_after_out_of_order_delivery(node, p
             process()
     process()
     incremental = _rollup_rows()
-    incremental_transitions = sorted(GpuStateTransition.objects.values_list("gpu_id", "state", "at"))
+    incremental_transitions = sorted(
+        GpuStateTransition.objects.values_list("gpu_id", "state", "at")
+    )
     assert len(incremental) == 2 * 4
     HourlyRollup.objects.all().delete()
     rollups_rebuild(start=T0, end=T0 + dt.timedelta(hours=4))
@@ -231,14 +262,19 @@ def test_incremental_rollups_equal_a_rebuild_after_out_of_order_delivery(node, p
     windows.sort(key=lambda w: (w["gpu_uuid"], w["window_start"]))
     send(post, node, windows)
     process()
-    assert sorted(GpuStateTransition.objects.values_list("gpu_id", "state", "at")) == incremental_transitions
+    assert (
+        sorted(GpuStateTransition.objects.values_list("gpu_id", "state", "at"))
+        == incremental_transitions
+    )
 
 
 def test_a_claim_is_exclusive_and_an_abandoned_one_is_taken_over(node, post, settings):
     send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
     assert [c.id for c in batches_claim(worker="a", limit=10)] == [IngestBatch.objects.get().id]
     assert batches_claim(worker="b", limit=10) == []
-    IngestBatch.objects.update(claimed_at=NOW - dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S + 1))
+    IngestBatch.objects.update(
+        claimed_at=NOW - dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S + 1)
+    )
     assert len(batches_claim(worker="b", limit=10)) == 1
     # Worker a wakes up: its claim is gone, so it writes nothing.
     from telemetry.services.processing import ProcessResult, _chunk_process
@@ -254,7 +290,11 @@ def test_a_claim_is_exclusive_and_an_abandoned_one_is_taken_over(node, post, set
 
 def test_a_batch_that_keeps_failing_is_set_aside(node, post, settings):
     send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
-    IngestBatch.objects.update(attempts=settings.TELEMETRY_MAX_ATTEMPTS, status="claimed", claimed_at=NOW - dt.timedelta(days=1))
+    IngestBatch.objects.update(
+        attempts=settings.TELEMETRY_MAX_ATTEMPTS,
+        status="claimed",
+        claimed_at=NOW - dt.timedelta(days=1),
+    )
     assert batches_claim(worker="a", limit=10) == []
     batch = IngestBatch.objects.get()
     assert batch.status == "failed"

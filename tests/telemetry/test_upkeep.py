@@ -26,19 +26,29 @@ def test_the_sweep_counts_batches_whose_task_was_lost(node, post):
 
 def test_a_silent_node_turns_stale_from_when_its_data_stopped(node, post, now):
     g0 = node.gpus[0]
-    post(node, batch_document(node=node, windows=[window(g0.nvml_uuid, T0 + dt.timedelta(minutes=m)) for m in range(3)]))
+    post(
+        node,
+        batch_document(
+            node=node,
+            windows=[window(g0.nvml_uuid, T0 + dt.timedelta(minutes=m)) for m in range(3)],
+        ),
+    )
     batches_process(worker="w")
     assert upkeep.nodes_mark_stale(now=NOW + dt.timedelta(minutes=2)) == []
     stale = upkeep.nodes_mark_stale(now=NOW + dt.timedelta(minutes=3, seconds=1))
     assert [s.node_id for s in stale] == [str(node.id)]
     assert NodeStatus.objects.get(node=node.node).stale is True
     last = GpuStateTransition.objects.filter(gpu=g0).order_by("at").last()
+    assert last is not None
     assert (last.state, last.at) == ("no_data", T0 + dt.timedelta(minutes=3))
     # Marked once: the next tick visits nothing.
     assert upkeep.nodes_mark_stale(now=NOW + dt.timedelta(minutes=10)) == []
     # It speaks again: fresh, and the gap it left is no_data up to its next window.
     now.move_to(NOW + dt.timedelta(minutes=20))
-    post(node, batch_document(node=node, windows=[window(g0.nvml_uuid, T0 + dt.timedelta(minutes=25))]))
+    post(
+        node,
+        batch_document(node=node, windows=[window(g0.nvml_uuid, T0 + dt.timedelta(minutes=25))]),
+    )
     batches_process(worker="w")
     assert NodeStatus.objects.get(node=node.node).stale is False
     assert [(t.state, t.at) for t in GpuStateTransition.objects.filter(gpu=g0).order_by("at")] == [

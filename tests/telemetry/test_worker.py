@@ -35,7 +35,9 @@ def test_a_committed_batch_is_processed_by_a_real_worker(celery_worker):
             windows=[window(g.nvml_uuid, start + dt.timedelta(minutes=offset)) for g in node.gpus],
         )
         body, headers = signed_batch(node, document)
-        response = client.post(BATCHES_PATH, data=body, content_type=headers.pop("Content-Type"), headers=headers)
+        response = client.post(
+            BATCHES_PATH, data=body, content_type=headers.pop("Content-Type"), headers=headers
+        )
         assert response.status_code == 202
     assert wait_for(lambda: not IngestBatch.objects.exclude(status="processed").exists())
     assert TelemetryWindow.objects.count() == 6
@@ -47,7 +49,15 @@ def test_the_sweep_requeues_batches_whose_task_redis_lost(celery_worker, setting
         node=node.node,
         batch_id=batch_document(node=node, windows=[])["batch_id"],
         body_sha256="0" * 64,
-        body=signed_batch(node, batch_document(node=node, windows=[window(node.gpus[0].nvml_uuid, minute(timezone.now()) - dt.timedelta(hours=2))]))[0],
+        body=signed_batch(
+            node,
+            batch_document(
+                node=node,
+                windows=[
+                    window(node.gpus[0].nvml_uuid, minute(timezone.now()) - dt.timedelta(hours=2))
+                ],
+            ),
+        )[0],
         signed_at=timezone.now(),
         received_at=timezone.now() - dt.timedelta(hours=1),
         window_count=1,
