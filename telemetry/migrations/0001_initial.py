@@ -410,7 +410,7 @@ class Migration(migrations.Migration):
                     "util_gpu_seconds",
                     models.DecimalField(
                         decimal_places=3,
-                        help_text="Σ utilization (%) × seconds over up and degraded windows.",
+                        help_text="Σ utilization (%) x seconds over up and degraded windows.",
                         max_digits=20,
                     ),
                 ),
