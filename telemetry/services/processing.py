@@ -158,6 +158,7 @@ class _Loaded:
     accepted_windows: int = 0
     accepted_events: int = 0
     rejected: int = 0
+    last_window_start: dt.datetime | None = None
 
 
 @dataclass
@@ -181,7 +182,7 @@ def _load(batch_ids: list[int]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
     limit = settings.TELEMETRY_MAX_INFLATED_BYTES
     for bid, node_id, body, received_at, signed_at in rows:
         try:
-            batch = batch_decode_gzip(bytes(body), limit=limit)
+            batch = batch_decode_gzip(bytes(body), limit=limit, checked=True)
         except (SchemaError, Exception) as exc:
             broken.append((bid, f"undecodable body: {exc}"))
             continue
@@ -200,11 +201,11 @@ def _chunk_process(
         return
     now = timezone.now()
     floor = _retention_floor(now)
+    ceiling = now + _future_limit()
     days = {
-        w.window_start.date()
-        for item in loaded
-        for w in item.batch.windows
-        if w.window_start >= floor and w.window_start <= now + _future_limit()
+        start.date()
+        for start in {w.window_start for item in loaded for w in item.batch.windows}
+        if floor <= start <= ceiling
     }
     window_partitions_ensure(days=days)
 
@@ -272,7 +273,9 @@ def _retention_floor(now: dt.datetime) -> dt.datetime:
     return today - dt.timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)
 
 
-Placements = dict[tuple[uuid.UUID, str], list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]]
+# node id (text) → NVML UUID → [(valid_from, valid_to, gpu id)]; text keys hash much faster
+# than UUID objects, and this is looked up once per window.
+Placements = dict[str, dict[str, list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]]]
 
 
 def _placements(cursor: Any, loaded: list[_Loaded]) -> Placements:
@@ -291,30 +294,33 @@ def _placements(cursor: Any, loaded: list[_Loaded]) -> Placements:
         """,
         [list({item.node_id for item in loaded}), max(instants), min(instants)],
     )
-    placed: Placements = defaultdict(list)
+    placed: Placements = defaultdict(lambda: defaultdict(list))
     for node_id, nvml_uuid, valid_from, valid_to, gpu_id in cursor.fetchall():
-        placed[(node_id, nvml_uuid)].append((valid_from, valid_to, gpu_id))
+        placed[str(node_id)][nvml_uuid].append((valid_from, valid_to, gpu_id))
     return placed
 
 
 def _placed_gpu(
-    placed: Placements, node_id: uuid.UUID, gpu_uuid: str, at: dt.datetime
+    placed: dict[str, list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]],
+    gpu_uuid: str,
+    at: dt.datetime,
 ) -> uuid.UUID | None:
-    for valid_from, valid_to, gpu_id in placed.get((node_id, gpu_uuid), ()):
+    for valid_from, valid_to, gpu_id in placed.get(gpu_uuid, ()):
         if valid_from <= at and (valid_to is None or at < valid_to):
             return gpu_id
     return None
+
+
+_ORDERED_STATS = ("util_gpu", "util_mem", "mem_used_bytes", "temp_c", "clock_sm_mhz")
 
 
 def _impossible(w: Window) -> str | None:
     """A cross-field contradiction, or None. Single-field bounds were checked on receipt."""
     if w.samples_ok > w.samples_expected:
         return f"samples_ok {w.samples_ok} > samples_expected {w.samples_expected}"
-    for name in ("util_gpu", "util_mem", "mem_used_bytes", "temp_c", "clock_sm_mhz"):
+    for name in _ORDERED_STATS:
         stats = getattr(w, name)
-        if stats is not None and not (
-            stats.min <= stats.avg + 1e-6 and stats.avg <= stats.max + 1e-6
-        ):
+        if stats is not None and (stats.min > stats.avg + 1e-6 or stats.avg > stats.max + 1e-6):
             return f"{name}: min {stats.min}, avg {stats.avg}, max {stats.max} are out of order"
     if w.power_w is not None and w.power_w.avg > w.power_w.max + 1e-6:
         return f"power_w: avg {w.power_w.avg} > max {w.power_w.max}"
@@ -351,10 +357,14 @@ def _window_row(w: Window, gpu_id: uuid.UUID, node_id: uuid.UUID, batch_pk: int)
 def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt.datetime) -> _Work:
     placed = _placements(cursor, loaded)
     work = _Work()
-    seen: set[tuple[uuid.UUID, dt.datetime]] = set()
-    span = work.windows_by_gpu
+    seen: set[tuple[str, dt.datetime]] = set()
+    span: dict[str, tuple[dt.datetime, dt.datetime]] = {}
+    gpu_ids: dict[str, uuid.UUID] = {}
+    future_limit = _future_limit()
     for item in loaded:
-        future = item.received_at + _future_limit()
+        future = item.received_at + future_limit
+        node_placed = placed.get(str(item.node_id), {})
+        last_start: dt.datetime | None = None
 
         def reject(kind: str, index: int, gpu_uuid: str, at: dt.datetime, reason: str,
                    detail: str, payload: Any, item: _Loaded = item) -> None:  # fmt: skip
@@ -365,7 +375,7 @@ def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt
 
         for index, w in enumerate(item.batch.windows):
             start = w.window_start
-            gpu_id = _placed_gpu(placed, item.node_id, w.gpu_uuid, start)
+            gpu_id = _placed_gpu(node_placed, w.gpu_uuid, start)
             problem: tuple[str, str] | None = None
             if gpu_id is None:
                 problem = (
@@ -390,19 +400,24 @@ def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt
                 reject("window", index, w.gpu_uuid, start, *problem, _to_builtins(w))
                 continue
             assert gpu_id is not None
-            key = (gpu_id, start)
+            gpu_uuid = w.gpu_uuid
+            key = (gpu_uuid, start)
             item.accepted_windows += 1
+            if last_start is None or start > last_start:
+                last_start = start
             if key in seen:
                 continue  # the same window twice in this chunk: stored once, idempotently
             seen.add(key)
             work.window_rows.append(_window_row(w, gpu_id, item.node_id, item.id))
-            lo_hi = span.get(gpu_id)
+            lo_hi = span.get(gpu_uuid)
             if lo_hi is None:
-                span[gpu_id] = (start, start)
+                span[gpu_uuid] = (start, start)
+                gpu_ids[gpu_uuid] = gpu_id
             elif start < lo_hi[0]:
-                span[gpu_id] = (start, lo_hi[1])
+                span[gpu_uuid] = (start, lo_hi[1])
             elif start > lo_hi[1]:
-                span[gpu_id] = (lo_hi[0], start)
+                span[gpu_uuid] = (lo_hi[0], start)
+        item.last_window_start = last_start
         for index, e in enumerate(item.batch.events):
             if e.occurred_at > future:
                 reject("event", index, e.gpu_uuid or "", e.occurred_at, "future",
@@ -411,14 +426,13 @@ def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt
                 continue
             # An event may name a GPU that is not (or no longer) placed here — gpu_appeared,
             # gpu_missing — so it is kept, with the GPU resolved only when it is placed.
-            gpu_id = (
-                _placed_gpu(placed, item.node_id, e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
-            )
+            gpu_id = _placed_gpu(node_placed, e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
             item.accepted_events += 1
             work.event_rows.append(
                 (item.node_id, e.event_id, gpu_id, e.gpu_uuid or "", e.kind, e.occurred_at, e.xid,
                  json.dumps(e.detail, allow_nan=False, default=str), item.id)
             )  # fmt: skip
+    work.windows_by_gpu = {gpu_ids[u]: lo_hi for u, lo_hi in span.items()}
     return work
 
 
@@ -498,9 +512,9 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
     for item in loaded:
         if item.node_id not in latest or item.received_at > latest[item.node_id].received_at:
             latest[item.node_id] = item
-        for w in item.batch.windows:
-            end = w.window_start + dt.timedelta(seconds=60)
-            if end > window_end.get(item.node_id, end - dt.timedelta(days=36500)):
+        if item.last_window_start is not None:
+            end = item.last_window_start + dt.timedelta(seconds=60)
+            if item.node_id not in window_end or end > window_end[item.node_id]:
                 window_end[item.node_id] = end
     nodes = sorted(latest)
     cursor.execute(
