@@ -92,16 +92,24 @@ class Window(msgspec.Struct, frozen=True, gc=False):
     recovery_action: Annotated[int, msgspec.Meta(ge=0, le=32_767)] | None = None
 
 
-EventKind = Literal[
-    "xid",
-    "gpu_lost",
-    "gpu_recovered",
-    "gpu_missing",
-    "gpu_appeared",
-    "nvml_unavailable",
-    "nvml_stall",
-    "spool_dropped",
-]
+# The contract's kinds, plus what the agent also sends (nvml_available, batch_rejected).
+# Any other kind decodes (a newer agent must not lose a whole batch for it) and the worker
+# rejects that one event, with its reason, for an operator to see.
+EVENT_KINDS = frozenset(
+    {
+        "xid",
+        "gpu_lost",
+        "gpu_recovered",
+        "gpu_missing",
+        "gpu_appeared",
+        "nvml_unavailable",
+        "nvml_available",
+        "nvml_stall",
+        "spool_dropped",
+        "batch_rejected",
+    }
+)
+EventKind = Annotated[str, msgspec.Meta(min_length=1, max_length=20)]
 
 
 class Event(msgspec.Struct, frozen=True, gc=False):

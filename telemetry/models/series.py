@@ -80,8 +80,10 @@ class TelemetryEvent(models.Model):
         GPU_MISSING = "gpu_missing", "GPU missing"
         GPU_APPEARED = "gpu_appeared", "GPU appeared"
         NVML_UNAVAILABLE = "nvml_unavailable", "NVML unavailable"
+        NVML_AVAILABLE = "nvml_available", "NVML available"
         NVML_STALL = "nvml_stall", "NVML stall"
         SPOOL_DROPPED = "spool_dropped", "Spool dropped"
+        BATCH_REJECTED = "batch_rejected", "Batch rejected"
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="+")
     event_id = models.UUIDField()

@@ -25,7 +25,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from telemetry.models import RejectedRecord
-from telemetry.schema import Batch, SchemaError, Window, batch_decode_gzip
+from telemetry.schema import EVENT_KINDS, Batch, SchemaError, Window, batch_decode_gzip
 from telemetry.services.derived import derived_update
 from telemetry.services.partitions import window_partitions_ensure
 
@@ -419,6 +419,11 @@ def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt
                 span[gpu_uuid] = (lo_hi[0], start)
         item.last_window_start = last_start
         for index, e in enumerate(item.batch.events):
+            if e.kind not in EVENT_KINDS:
+                detail = f"event kind {e.kind!r} is not one this server knows"
+                reject("event", index, e.gpu_uuid or "", e.occurred_at, "unknown_kind", detail,
+                       _to_builtins(e))  # fmt: skip
+                continue
             if e.occurred_at > future:
                 reject("event", index, e.gpu_uuid or "", e.occurred_at, "future",
                        f"occurred_at is {(e.occurred_at - item.received_at).total_seconds():.0f} s after receipt",  # noqa: E501

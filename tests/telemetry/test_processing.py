@@ -107,6 +107,35 @@ def test_windows_and_events_are_idempotent_across_batches(node, post):
     assert HourlyRollup.objects.get().xid_events == 1
 
 
+def test_an_unknown_event_kind_is_rejected_alone(node, post):
+    g0 = node.gpus[0].nvml_uuid
+    send(
+        post,
+        node,
+        [window(g0, at(0))],
+        [event("gpu_exploded", at(0)), event("nvml_available", at(0), detail={"after_s": 3})],
+    )
+    result = process()
+    assert (result.windows, result.rejected) == (1, 1)
+    assert list(TelemetryEvent.objects.values_list("kind", flat=True)) == ["nvml_available"]
+    assert RejectedRecord.objects.get().reason == "unknown_kind"
+
+
+def test_the_body_the_agent_sends_is_accepted(node, post):
+    """The agent (docs/agent.md) sends sealed_at instead of sent_at, no node_id, a gpus list
+    and a few extra window fields: all accepted."""
+    document = batch_document(node=node, windows=[window(node.gpus[0].nvml_uuid, at(0),
+                              remapped_rows_failure=False, retired_pages_pending=False,
+                              power_w={"min": 1.0, "avg": 2.0, "max": 3.0})])  # fmt: skip
+    del document["sent_at"], document["node_id"]
+    document["sealed_at"] = "2026-11-21T11:59:59.123Z"
+    document["agent"]["hostname"] = "gpu-1"
+    document["gpus"] = [{"gpu_uuid": node.gpus[0].nvml_uuid, "serial": "1650", "name": "H100"}]
+    response = post(node, document)
+    assert response.status_code == 202, response.json()
+    assert process().windows == 1
+
+
 def test_state_changes_are_dated_when_the_telemetry_says(node, post):
     g0 = node.gpus[0]
     send(
@@ -256,7 +285,6 @@ def test_incremental_rollups_equal_a_rebuild_after_out_of_order_delivery(node, p
     assert _rollup_rows() == incremental
     # Transitions too: delivered in one ordered batch, they come out the same.
     GpuStateTransition.objects.all().delete()
-    TelemetryWindow.objects.all().delete() if False else None
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE telemetry_window")
     windows.sort(key=lambda w: (w["gpu_uuid"], w["window_start"]))
