@@ -51,6 +51,7 @@ check: $(STAMP)
 	$(PY) -m config.embedded -- sh -c '$(PY) manage.py makemigrations --check --dry-run && \
 	DJANGO_SETTINGS_MODULE=config.settings.production \
 	SECRET_KEY=$$($(PY) -c "import secrets; print(secrets.token_urlsafe(50))") \
+	STEWARD_NODE_KEY_SECRET=$$($(PY) -c "import secrets; print(secrets.token_urlsafe(50))") \
 	ALLOWED_HOSTS=steward.example.com \
 	$(PY) manage.py check --deploy --fail-level WARNING'
 

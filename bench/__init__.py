@@ -1,0 +1,1 @@
+"""Benchmarks, each printing its figures next to baselines measured in the same run."""

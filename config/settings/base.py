@@ -7,3 +7,4 @@ from config.settings.logging import *
 from config.settings.mail import *
 from config.settings.queue import *
 from config.settings.security import *
+from config.settings.telemetry import *

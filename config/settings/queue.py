@@ -41,4 +41,13 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "beat-heartbeat": {"task": "steward.beat_heartbeat", "schedule": 60.0},
+    # Telemetry: the outbox sweep (Redis may lose tasks; PostgreSQL keeps the batches),
+    # staleness, daily partitions ahead and raw retention.
+    "telemetry-batches-sweep": {"task": "telemetry.batches_sweep", "schedule": 60.0},
+    "telemetry-nodes-mark-stale": {"task": "telemetry.nodes_mark_stale", "schedule": 60.0},
+    "telemetry-partitions-maintain": {
+        "task": "telemetry.partitions_maintain",
+        "schedule": 3600.0,
+    },
+    "telemetry-batches-purge": {"task": "telemetry.batches_purge", "schedule": 3600.0},
 }

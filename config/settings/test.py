@@ -3,6 +3,7 @@
 import os
 
 os.environ.setdefault("SECRET_KEY", "test-only-insecure-key-never-used-in-production-steward")
+os.environ.setdefault("STEWARD_NODE_KEY_SECRET", "test-only-insecure-node-key-secret-steward")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
 os.environ.setdefault("DEBUG", "false")
 # A queue of its own per test run, so a demo worker on the same Redis never takes its tasks.

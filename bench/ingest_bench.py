@@ -1,0 +1,403 @@
+"""Telemetry ingestion: worker, catch-up and endpoint throughput, each against a baseline.
+
+Runs on a database of its own (``<DATABASE_URL's name>_bench``, recreated each run) and a
+Celery queue of its own. Sizes scale with ``BENCH_SCALE`` (1.0 = the issue's sizes).
+
+1. worker: windows/s of ``batches_process`` (8-window batches, as agents send them live),
+   direct COPY and TEMP-stage paths, against a raw binary COPY of the same rows into the same
+   table at 1,000 rows per commit (the ceiling). Goal ≥ 0.5 x ceiling.
+2. catch-up: 1M windows already stored as 60-minute batches (agents back from an outage),
+   drained by a real Celery worker (prefork, 2 processes). Goal ≥ 50k windows/s.
+3. endpoint: gunicorn + a real Celery worker on this machine, many simulated agents posting
+   8-window batches at 208 batches/s (a 100k-GPU fleet): acknowledgement p50/p99 and worker
+   lag. Goals: ≥ 208 batches/s, p99 < 50 ms, lag < 60 s. Then the most it takes closed-loop.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import hashlib
+import http.client
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALE = float(os.environ.get("BENCH_SCALE", "1"))
+QUEUE = "steward-bench"
+
+
+def _setup_django() -> str:
+    """Points Django at a fresh ``*_bench`` database on the same server; returns its URL."""
+    import psycopg
+
+    url = os.environ["DATABASE_URL"]
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/") + "_bench"
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    bench_url = urlunsplit(parts._replace(path=f"/{name}"))
+    os.environ["DATABASE_URL"] = bench_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings.test"
+    os.environ["CELERY_DEFAULT_QUEUE"] = QUEUE
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return bench_url
+
+
+def _fleet(nodes: int, gpus: int = 8) -> list[Any]:
+    from telemetry.testing import fleet_node
+
+    return [fleet_node(gpus=gpus, hostname=f"bench-{i:05d}") for i in range(nodes)]
+
+
+def _body(node: Any, start: dt.datetime, minutes: int) -> tuple[str, bytes]:
+    """One batch: every GPU of node for ``minutes`` minutes from ``start``."""
+    import msgspec
+
+    from telemetry.testing import batch_document, uuid7, window
+
+    windows = [
+        window(g.nvml_uuid, start + dt.timedelta(minutes=m), energy_mj=10**9 + m * 6 * 10**6)
+        for m in range(minutes)
+        for g in node.gpus
+    ]
+    document = batch_document(node=node, windows=windows, batch_id=uuid7())
+    return document["batch_id"], gzip.compress(msgspec.json.encode(document), 6, mtime=0)
+
+
+def _store_backlog(
+    fleet: list[Any], *, batches_per_node: int, minutes: int, start: dt.datetime
+) -> int:
+    """Stores pending batches straight in PostgreSQL (as the endpoint would have)."""
+    from django.utils import timezone
+
+    from telemetry.models import IngestBatch
+
+    now = timezone.now()
+    rows, windows = [], 0
+    for b in range(batches_per_node):
+        for node in fleet:
+            batch_id, body = _body(node, start + dt.timedelta(minutes=b * minutes), minutes)
+            rows.append(
+                IngestBatch(
+                    node=node.node, batch_id=batch_id, body=body, signed_at=now, received_at=now,
+                    body_sha256=hashlib.sha256(body).hexdigest(), window_count=minutes * len(node.gpus),  # noqa: E501
+                    answer={},
+                )
+            )  # fmt: skip
+            windows += minutes * len(node.gpus)
+    IngestBatch.objects.bulk_create(rows, batch_size=500)
+    return windows
+
+
+def _reset() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE telemetry_window, telemetry_ingestbatch, telemetry_rejectedrecord, "
+            "telemetry_telemetryevent, telemetry_gpustatetransition, telemetry_hourlyrollup, "
+            "telemetry_nodestatus"
+        )
+
+
+def _ceiling(rows: list[tuple[Any, ...]]) -> float:
+    """Raw binary COPY of the same rows into the same table, 1,000 rows per commit."""
+    from django.db import connection, transaction
+
+    from telemetry.services.processing import COPY_WINDOWS, WINDOW_TYPES
+
+    started = time.perf_counter()
+    for i in range(0, len(rows), 1000):
+        with transaction.atomic(), connection.cursor().cursor.copy(COPY_WINDOWS) as copy:
+            copy.set_types(WINDOW_TYPES)
+            for row in rows[i : i + 1000]:
+                copy.write_row(row)
+    return len(rows) / (time.perf_counter() - started)
+
+
+def _rows_of_backlog() -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    from fleet.models import Gpu
+    from telemetry.schema import batch_decode_gzip
+    from telemetry.services.processing import _window_row
+
+    gpu_ids = dict(Gpu.objects.values_list("nvml_uuid", "id"))
+    rows = []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, node_id, body FROM telemetry_ingestbatch ORDER BY id")
+        for bid, node_id, body in cursor.fetchall():
+            for w in batch_decode_gzip(bytes(body), limit=1 << 26).windows:
+                rows.append(_window_row(w, gpu_ids[w.gpu_uuid], node_id, bid))
+    return rows
+
+
+def bench_worker(fleet: list[Any]) -> dict[str, float]:
+    from django.db import connection
+    from django.utils import timezone
+
+    from telemetry.services.processing import batches_process
+
+    per_node = max(1, int(25 * SCALE))
+    start = (timezone.now() - dt.timedelta(days=1)).replace(second=0, microsecond=0)
+    figures: dict[str, float] = {}
+    windows = _store_backlog(fleet, batches_per_node=per_node, minutes=1, start=start)
+    rows = _rows_of_backlog()
+    batches_process(worker="warm-up", limit=1)  # creates the partitions, warms caches
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE telemetry_window")
+    figures["ceiling"] = _ceiling(rows)
+    for mode, optimistic in (("direct", True), ("stage", False)):
+        _reset()
+        _store_backlog(fleet, batches_per_node=per_node, minutes=1, start=start)
+        started = time.perf_counter()
+        done = 0
+        while True:
+            result = batches_process(worker="bench", optimistic_copy=optimistic)
+            done += result.windows
+            if result.claimed == 0:
+                break
+        figures[mode] = done / (time.perf_counter() - started)
+        assert done == windows, (done, windows)
+    ratio = figures["direct"] / figures["ceiling"]
+    print(f"worker, {windows:,} windows in 8-window batches, one process:")
+    print(f"  raw binary COPY, 1,000 rows/commit (ceiling) {figures['ceiling']:>10,.0f} windows/s")
+    print(
+        f"  worker, direct COPY (+ rollups, transitions) {figures['direct']:>10,.0f} windows/s  = {ratio:.2f} x ceiling (goal ≥ 0.50) {'OK' if ratio >= 0.5 else 'BELOW GOAL'}"  # noqa: E501
+    )
+    print(
+        f"  worker, TEMP stage + ON CONFLICT              {figures['stage']:>10,.0f} windows/s  = {figures['stage'] / figures['ceiling']:.2f} x ceiling"  # noqa: E501
+    )
+    return figures
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip  # noqa: E501
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        process.kill()
+        process.wait()
+
+
+def _celery_worker(concurrency: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return _spawn(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", f"--concurrency={concurrency}",
+         f"--queues={QUEUE}", "--without-gossip", "--without-mingle", "--without-heartbeat",
+         "--loglevel=WARNING", f"--hostname=bench-{uuid.uuid4().hex[:6]}@%h"],
+        env,
+    )  # fmt: skip
+
+
+def _pending() -> int:
+    from telemetry.models import IngestBatch
+
+    return IngestBatch.objects.filter(status__in=["pending", "claimed"]).count()
+
+
+def bench_catch_up(fleet: list[Any]) -> float:
+    from django.utils import timezone
+
+    from telemetry.dispatch import processing_kick
+
+    _reset()
+    target = int(1_000_000 * SCALE)
+    minutes = 60
+    per_node = max(1, round(target / (len(fleet) * 8 * minutes)))
+    start = (timezone.now() - dt.timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
+    windows = _store_backlog(fleet, batches_per_node=per_node, minutes=minutes, start=start)
+    worker = _celery_worker(2)
+    try:
+        time.sleep(3)  # worker start-up is not part of draining
+        from django.core.cache import cache
+
+        cache.delete("telemetry:processing-queued")
+        started = time.perf_counter()
+        processing_kick()
+        while _pending():
+            time.sleep(0.2)
+        elapsed = time.perf_counter() - started
+    finally:
+        _stop(worker)
+    rate = windows / elapsed
+    print(f"catch-up, {windows:,} windows in 60-minute batches, Celery worker x2 processes:")
+    print(
+        f"  drained in {elapsed:.1f} s = {rate:,.0f} windows/s (goal ≥ 50,000) {'OK' if rate >= 50_000 else 'BELOW GOAL'}"  # noqa: E501
+    )
+    return rate
+
+
+class _Agents:
+    """Simulated agents: each thread owns some nodes and posts their next batch when told."""
+
+    def __init__(self, fleet: list[Any], port: int) -> None:
+        self.fleet = fleet
+        self.port = port
+        self.minute = {node.id: 0 for node in fleet}
+        self.latencies: list[float] = []
+        self.statuses: dict[int, int] = {}
+        self.lock = threading.Lock()
+        self.start = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0) - dt.timedelta(days=1)
+
+    def post_one(self, conn: http.client.HTTPConnection, node: Any) -> None:
+        from telemetry.testing import signed_headers
+
+        with self.lock:
+            m = self.minute[node.id]
+            self.minute[node.id] = m + 1
+        batch_id, body = _body(node, self.start + dt.timedelta(minutes=m), 1)
+        headers = signed_headers(node_id=node.id, key=node.key, body=body, batch_id=batch_id)
+        began = time.perf_counter()
+        conn.request("POST", "/api/v1/telemetry/batches", body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        took = time.perf_counter() - began
+        with self.lock:
+            self.latencies.append(took)
+            self.statuses[response.status] = self.statuses.get(response.status, 0) + 1
+
+    def run(self, *, rate: float | None, seconds: float, threads: int) -> float:
+        """Open loop at ``rate`` batches/s (None: closed loop, as fast as it goes)."""
+        deadline = time.perf_counter() + seconds
+        sent = [0]
+        counter = iter(range(10**9))
+        began = time.perf_counter()
+
+        def loop(offset: int) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            while True:
+                with self.lock:
+                    n = next(counter)
+                if rate is not None:
+                    due = began + n / rate
+                    if due > deadline:
+                        return
+                    pause = due - time.perf_counter()
+                    if pause > 0:
+                        time.sleep(pause)
+                elif time.perf_counter() > deadline:
+                    return
+                node = self.fleet[n % len(self.fleet)]
+                try:
+                    self.post_one(conn, node)
+                except (OSError, http.client.HTTPException):
+                    conn.close()
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                    continue
+                with self.lock:
+                    sent[0] += 1
+
+        workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        return sent[0] / (time.perf_counter() - began)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _lag() -> float:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(max(extract(epoch FROM processed_at - received_at)), 0) "
+            "FROM telemetry_ingestbatch"
+        )
+        (lag,) = cursor.fetchone()
+    return float(lag)
+
+
+def bench_endpoint(fleet: list[Any]) -> dict[str, float]:
+    _reset()
+    port = _free_port()
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "LOG_LEVEL": "WARNING"}
+    server = _spawn(
+        [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}",
+         "--workers", "3", "--worker-class", "gthread", "--threads", "4", "--keep-alive", "30",
+         "--log-level", "warning"],
+        env,
+    )  # fmt: skip
+    worker = _celery_worker(1)
+    figures: dict[str, float] = {}
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        agents = _Agents(fleet, port)
+        agents.run(rate=50, seconds=3, threads=8)  # warm-up
+        agents.latencies.clear()
+        seconds = max(5.0, 30 * SCALE)
+        achieved = agents.run(rate=208, seconds=seconds, threads=64)
+        lat = sorted(agents.latencies)
+        p50 = statistics.median(lat) * 1000
+        p99 = lat[int(len(lat) * 0.99) - 1] * 1000
+        settle = time.perf_counter()
+        while _pending() and time.perf_counter() - settle < 120:
+            time.sleep(0.2)
+        lag = _lag()
+        figures.update(rate=achieved, p50=p50, p99=p99, lag=lag)
+        agents.latencies.clear()
+        closed = agents.run(rate=None, seconds=max(5.0, 10 * SCALE), threads=32)
+        closed_p99 = sorted(agents.latencies)[int(len(agents.latencies) * 0.99) - 1] * 1000
+        figures.update(closed=closed, closed_p99=closed_p99)
+        statuses = dict(sorted(agents.statuses.items()))
+    finally:
+        _stop(server)
+        _stop(worker)
+    print("endpoint, gunicorn 3x4 gthread + Celery worker x1 + the agents, all on this machine:")
+    print(
+        f"  open loop at 208 batches/s x 8 windows, 64 agent threads: {achieved:,.0f} batches/s (goal ≥ 208)"  # noqa: E501
+    )
+    print(
+        f"    acknowledgement p50 {p50:.1f} ms, p99 {p99:.1f} ms (goal < 50 ms) {'OK' if p99 < 50 else 'ABOVE GOAL'}"  # noqa: E501
+    )
+    print(
+        f"    worker lag, received → processed, max {lag:.1f} s (goal < 60 s) {'OK' if lag < 60 else 'ABOVE GOAL'}"  # noqa: E501
+    )
+    print(
+        f"  closed loop, 32 agent threads: {closed:,.0f} batches/s, p99 {closed_p99:.1f} ms; statuses {statuses}"  # noqa: E501
+    )
+    return figures
+
+
+def main() -> int:
+    _setup_django()
+    fleet = _fleet(max(10, int(1000 * SCALE)))
+    print(f"fleet: {len(fleet):,} nodes x 8 GPUs; BENCH_SCALE={SCALE}")
+    bench_worker(fleet)
+    bench_catch_up(fleet)
+    bench_endpoint(fleet)
+    return 0

@@ -1,0 +1,34 @@
+"""Telemetry ingestion: node keys, request limits, worker batching, retention, staleness."""
+
+from config.env import env_int, env_str
+
+# Node keys are derived, never stored: HMAC-SHA256(secret, "{node_id}:{generation}").
+# Development and test settings set a fixed insecure default; production must set it.
+STEWARD_NODE_KEY_SECRET = env_str(
+    "STEWARD_NODE_KEY_SECRET",
+    hint="Set STEWARD_NODE_KEY_SECRET (or STEWARD_NODE_KEY_SECRET_FILE) to a long random string; "
+    "changing it invalidates every node key.",
+)
+
+# The request: signature freshness and body limits (compressed as sent, and once inflated).
+TELEMETRY_SIGNATURE_TOLERANCE_S = env_int("TELEMETRY_SIGNATURE_TOLERANCE_S", 300, minimum=1)
+TELEMETRY_MAX_BODY_BYTES = env_int("TELEMETRY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+TELEMETRY_MAX_INFLATED_BYTES = env_int("TELEMETRY_MAX_INFLATED_BYTES", 16 * 1024 * 1024, minimum=1)
+TELEMETRY_BOOTSTRAP_TOKEN_TTL_S = env_int("TELEMETRY_BOOTSTRAP_TOKEN_TTL_S", 86_400, minimum=60)
+
+# The worker: batches claimed per task, windows per transaction, and when a claim expires.
+TELEMETRY_CLAIM_BATCHES = env_int("TELEMETRY_CLAIM_BATCHES", 2000, minimum=1)
+TELEMETRY_CHUNK_WINDOWS = env_int("TELEMETRY_CHUNK_WINDOWS", 20_000, minimum=1)
+TELEMETRY_CLAIM_TIMEOUT_S = env_int("TELEMETRY_CLAIM_TIMEOUT_S", 300, minimum=1)
+TELEMETRY_MAX_ATTEMPTS = env_int("TELEMETRY_MAX_ATTEMPTS", 5, minimum=1)
+# The sweep re-queues batches still pending after this long (Redis lost the task).
+TELEMETRY_SWEEP_AFTER_S = env_int("TELEMETRY_SWEEP_AFTER_S", 120, minimum=0)
+# A window more than this far ahead of the server's clock is rejected.
+TELEMETRY_MAX_FUTURE_S = env_int("TELEMETRY_MAX_FUTURE_S", 300, minimum=0)
+# A node silent for this many windows is stale: its GPUs count as no_data.
+TELEMETRY_STALE_AFTER_WINDOWS = env_int("TELEMETRY_STALE_AFTER_WINDOWS", 3, minimum=1)
+
+# Raw windows and raw batch bodies are dropped after this many days; hourly rollups stay.
+TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 90, minimum=1)
+TELEMETRY_BATCH_RETENTION_DAYS = env_int("TELEMETRY_BATCH_RETENTION_DAYS", 14, minimum=1)
+TELEMETRY_PARTITIONS_AHEAD_DAYS = env_int("TELEMETRY_PARTITIONS_AHEAD_DAYS", 7, minimum=1)

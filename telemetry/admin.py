@@ -1,0 +1,173 @@
+"""Operator console for telemetry: big-table changelists without COUNT(*), and ingest health."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils import timezone
+from django.utils.functional import cached_property
+
+from telemetry import selectors
+from telemetry.models import (
+    BootstrapToken,
+    GpuStateTransition,
+    HourlyRollup,
+    IngestBatch,
+    NodeCredential,
+    NodeStatus,
+    RejectedRecord,
+    TelemetryEvent,
+)
+from telemetry.services.enrolment import bootstrap_token_issue, node_key_revoke
+
+
+class NoCountPaginator(Paginator[Any]):
+    """Telemetry tables are huge: never COUNT(*) them to draw page links."""
+
+    @cached_property
+    def count(self) -> int:
+        return 10**9
+
+
+class BigTableAdmin[M: Any](admin.ModelAdmin[M]):
+    paginator = NoCountPaginator
+    show_full_result_count = False
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(IngestBatch)
+class IngestBatchAdmin(BigTableAdmin[IngestBatch]):
+    list_display = ("batch_id", "node", "status", "received_at", "window_count", "accepted_windows", "rejected_count", "claimed_by", "attempts")  # fmt: skip  # noqa: E501
+    list_filter = ("status",)
+    list_select_related = ("node",)
+    raw_id_fields = ("node",)
+    exclude = ("body",)
+    search_fields = ("=batch_id",)
+    actions = ("requeue",)
+
+    @admin.action(description="Re-queue selected failed batches")
+    def requeue(self, request: HttpRequest, queryset: QuerySet[IngestBatch]) -> None:
+        from telemetry.services.ingest import batches_requeue
+
+        count = batches_requeue(batch_ids=list(queryset.values_list("pk", flat=True)))
+        self.message_user(request, f"{count} batches re-queued.", messages.SUCCESS)
+
+
+@admin.register(RejectedRecord)
+class RejectedRecordAdmin(BigTableAdmin[RejectedRecord]):
+    list_display = ("recorded_at", "node", "kind", "gpu_uuid", "at", "reason", "detail")
+    list_filter = ("reason", "kind")
+    list_select_related = ("node",)
+    raw_id_fields = ("batch", "node")
+
+
+@admin.register(TelemetryEvent)
+class TelemetryEventAdmin(BigTableAdmin[TelemetryEvent]):
+    list_display = ("occurred_at", "node", "kind", "gpu_uuid", "xid")
+    list_filter = ("kind",)
+    list_select_related = ("node",)
+    raw_id_fields = ("node", "gpu")
+
+
+@admin.register(GpuStateTransition)
+class GpuStateTransitionAdmin(BigTableAdmin[GpuStateTransition]):
+    list_display = ("gpu", "state", "at", "reason")
+    list_filter = ("state",)
+    list_select_related = ("gpu",)
+    raw_id_fields = ("gpu",)
+
+
+@admin.register(HourlyRollup)
+class HourlyRollupAdmin(BigTableAdmin[HourlyRollup]):
+    list_display = ("gpu", "hour", "windows", "seconds_up", "seconds_down", "energy_kwh", "xid_events")  # fmt: skip  # noqa: E501
+    list_select_related = ("gpu",)
+    raw_id_fields = ("gpu",)
+    date_hierarchy = "hour"
+
+
+@admin.register(NodeStatus)
+class NodeStatusAdmin(BigTableAdmin[NodeStatus]):
+    list_display = ("node", "last_seen_at", "clock_skew_s", "stale", "agent_version", "driver_version")  # fmt: skip  # noqa: E501
+    list_filter = ("stale",)
+    list_select_related = ("node",)
+    raw_id_fields = ("node",)
+
+    def get_urls(self) -> list[Any]:
+        health = path(
+            "ingest-health/",
+            self.admin_site.admin_view(self.ingest_health_view),
+            name="telemetry_ingest_health",
+        )
+        return [health, *super().get_urls()]
+
+    def ingest_health_view(self, request: HttpRequest) -> HttpResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Ingest health",
+            "health": selectors.ingest_health(now=timezone.now()),
+        }
+        return TemplateResponse(request, "admin/telemetry/ingest_health.html", context)
+
+
+@admin.register(NodeCredential)
+class NodeCredentialAdmin(admin.ModelAdmin[NodeCredential]):
+    list_display = ("node", "generation", "issued_at", "revoked_at")
+    list_select_related = ("node",)
+    raw_id_fields = ("node",)
+    readonly_fields = ("node", "generation", "key_sha256", "issued_at", "revoked_at")
+    actions = ("issue_bootstrap_token", "revoke")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Issue a bootstrap token to re-enrol (shown once)")
+    def issue_bootstrap_token(
+        self, request: HttpRequest, queryset: QuerySet[NodeCredential]
+    ) -> None:
+        for credential in queryset.select_related("node"):
+            token = bootstrap_token_issue(node=credential.node, by=request.user)  # type: ignore[arg-type]
+            self.message_user(request, f"{credential.node.hostname}: {token}", messages.WARNING)
+
+    @admin.action(description="Revoke the node key now")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[NodeCredential]) -> None:
+        for credential in queryset.select_related("node"):
+            node_key_revoke(node=credential.node)
+        self.message_user(request, "Revoked.", messages.SUCCESS)
+
+
+@admin.register(BootstrapToken)
+class BootstrapTokenAdmin(admin.ModelAdmin[BootstrapToken]):
+    """Tokens for nodes never enrolled: add one here; the token is shown once."""
+
+    list_display = ("node", "expires_at", "used_at", "created_by", "created_at")
+    list_select_related = ("node", "created_by")
+    raw_id_fields = ("node",)
+    fields = ("node",)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(
+        self, request: HttpRequest, obj: BootstrapToken, form: Any, change: bool
+    ) -> None:
+        token = bootstrap_token_issue(node=obj.node, by=request.user)  # type: ignore[arg-type]
+        # The service stored the row; the admin's change log needs it as obj.
+        stored = BootstrapToken.objects.filter(node=obj.node).latest("created_at")
+        obj.pk, obj.expires_at, obj.created_at = stored.pk, stored.expires_at, stored.created_at
+        self.message_user(
+            request,
+            f"Bootstrap token for {obj.node.hostname} (shown once): {token}",
+            messages.WARNING,
+        )

@@ -1,0 +1,25 @@
+"""Telemetry: node credentials, raw batches, windows, events, GPU state and rollups."""
+
+from telemetry.models.credentials import BootstrapToken, NodeCredential
+from telemetry.models.ingest import BatchStatus, IngestBatch, NodeStatus, RejectedRecord
+from telemetry.models.series import (
+    GpuState,
+    GpuStateTransition,
+    HourlyRollup,
+    TelemetryEvent,
+    TelemetryWindow,
+)
+
+__all__ = [
+    "BatchStatus",
+    "BootstrapToken",
+    "GpuState",
+    "GpuStateTransition",
+    "HourlyRollup",
+    "IngestBatch",
+    "NodeCredential",
+    "NodeStatus",
+    "RejectedRecord",
+    "TelemetryEvent",
+    "TelemetryWindow",
+]

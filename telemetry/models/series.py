@@ -1,0 +1,163 @@
+"""What the telemetry says, after validation: windows, events, GPU state, hourly rollups.
+
+Windows live in a table partitioned by day (migration 0002 creates it; this model only reads
+it). They are written with binary COPY by the worker, never through the ORM.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import models
+from django.utils import timezone
+
+from fleet.models import Gpu, Node
+
+
+class GpuState(models.TextChoices):
+    UP = "up", "Up"
+    DEGRADED = "degraded", "Degraded"
+    DOWN = "down", "Down"
+    NO_DATA = "no_data", "No data"
+
+
+class TelemetryWindow(models.Model):
+    """One GPU, one minute (``window_start`` aligned to the minute, UTC)."""
+
+    pk = models.CompositePrimaryKey("gpu", "window_start")
+    # No foreign keys on this table: a per-row FK check would halve COPY throughput, and the
+    # worker only writes GPUs it has just found placed on the sending node.
+    gpu = models.ForeignKey(Gpu, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    window_start = models.DateTimeField()
+    node = models.ForeignKey(
+        Node, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    batch_id = models.BigIntegerField(help_text="The IngestBatch it came in.")
+    samples_ok = models.SmallIntegerField()
+    samples_expected = models.SmallIntegerField()
+    state = models.CharField(max_length=8, choices=GpuState.choices)
+    state_reason = models.TextField(null=True)  # noqa: DJ001
+    util_gpu_min = models.FloatField(null=True)
+    util_gpu_avg = models.FloatField(null=True)
+    util_gpu_max = models.FloatField(null=True)
+    util_mem_avg = models.FloatField(null=True)
+    util_mem_max = models.FloatField(null=True)
+    mem_used_max_bytes = models.BigIntegerField(null=True)
+    mem_total_bytes = models.BigIntegerField(null=True)
+    power_avg_w = models.FloatField(null=True)
+    power_max_w = models.FloatField(null=True)
+    energy_mj = models.BigIntegerField(null=True, help_text="Cumulative counter, last value.")
+    temp_avg_c = models.FloatField(null=True)
+    temp_max_c = models.FloatField(null=True)
+    clock_sm_avg_mhz = models.FloatField(null=True)
+    clock_mem_avg_mhz = models.FloatField(null=True)
+    throttle_reasons = models.BigIntegerField(null=True)
+    ecc_corrected = models.BigIntegerField(null=True)
+    ecc_uncorrected = models.BigIntegerField(null=True)
+    remapped_rows_correctable = models.IntegerField(null=True)
+    remapped_rows_uncorrectable = models.IntegerField(null=True)
+    remapped_rows_pending = models.BooleanField(null=True)
+    retired_pages = models.IntegerField(null=True)
+    pcie_replays = models.BigIntegerField(null=True)
+    recovery_action = models.SmallIntegerField(null=True)
+
+    class Meta:
+        managed = False
+        db_table = "telemetry_window"
+        ordering: ClassVar = ["gpu", "window_start"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} @ {self.window_start:%Y-%m-%d %H:%M}"
+
+
+class TelemetryEvent(models.Model):
+    """A discrete, timestamped happening on a node (XID, GPU lost, NVML unavailable, …)."""
+
+    class Kind(models.TextChoices):
+        XID = "xid", "XID"
+        GPU_LOST = "gpu_lost", "GPU lost"
+        GPU_RECOVERED = "gpu_recovered", "GPU recovered"
+        GPU_MISSING = "gpu_missing", "GPU missing"
+        GPU_APPEARED = "gpu_appeared", "GPU appeared"
+        NVML_UNAVAILABLE = "nvml_unavailable", "NVML unavailable"
+        NVML_AVAILABLE = "nvml_available", "NVML available"
+        NVML_STALL = "nvml_stall", "NVML stall"
+        SPOOL_DROPPED = "spool_dropped", "Spool dropped"
+        BATCH_REJECTED = "batch_rejected", "Batch rejected"
+
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="+")
+    event_id = models.UUIDField()
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, null=True, related_name="+")
+    gpu_uuid = models.CharField(max_length=64, blank=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    occurred_at = models.DateTimeField()
+    xid = models.IntegerField(null=True)
+    detail = models.JSONField(default=dict)
+    # A plain id, not a foreign key: raw batches are deleted by retention, events stay.
+    batch_id = models.BigIntegerField(help_text="The IngestBatch it came in.")
+
+    class Meta:
+        ordering: ClassVar = ["-occurred_at"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["node", "event_id"], name="telemetry_event_once"),
+        ]
+        indexes: ClassVar = [models.Index(fields=["gpu", "occurred_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.node_id} at {self.occurred_at:%Y-%m-%d %H:%M:%S}"
+
+
+class GpuStateTransition(models.Model):
+    """From ``at`` on, the telemetry says the GPU was in ``state``, until its next transition.
+
+    Derived from windows (and from staleness: ``no_data``), dated when the telemetry says the
+    change happened, and recomputed when late windows fill a gap.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=8, choices=GpuState.choices)
+    reason = models.TextField(blank=True)
+    at = models.DateTimeField()
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering: ClassVar = ["gpu", "at"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["gpu", "at"], name="telemetry_transition_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} → {self.state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class HourlyRollup(models.Model):
+    """One GPU, one UTC hour, recomputed from its windows whenever they change. Kept forever."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="+")
+    hour = models.DateTimeField()
+    windows = models.PositiveIntegerField()
+    seconds_up = models.PositiveIntegerField()
+    seconds_degraded = models.PositiveIntegerField()
+    seconds_down = models.PositiveIntegerField()
+    # Exact decimals, so an incremental update and a rebuild agree to the last digit.
+    util_gpu_seconds = models.DecimalField(
+        max_digits=20,
+        decimal_places=3,
+        help_text="Σ utilization (%) x seconds over up and degraded windows.",
+    )
+    energy_kwh = models.DecimalField(max_digits=20, decimal_places=9)
+    temp_max_c = models.FloatField(null=True)
+    ecc_corrected = models.BigIntegerField(help_text="Counter increase within the hour.")
+    ecc_uncorrected = models.BigIntegerField(help_text="Counter increase within the hour.")
+    xid_events = models.PositiveIntegerField()
+    computed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering: ClassVar = ["gpu", "hour"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["gpu", "hour"], name="telemetry_rollup_once"),
+        ]
+        indexes: ClassVar = [models.Index(fields=["hour"])]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} {self.hour:%Y-%m-%d %H}:00"

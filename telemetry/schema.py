@@ -1,0 +1,228 @@
+"""Batch body schema v1, decoded by msgspec into typed structs (no generic walk).
+
+Each field carries its own bounds, so a NaN, a negative counter or a 101 % utilization fails
+decoding with the path of the field (``$.windows[3].util_gpu.max``). Cross-field
+impossibilities (min > max, more samples than expected) are the worker's to reject, per window.
+Unknown fields are ignored, so agents may add fields before the server reads them.
+Structs are ``gc=False`` (they hold no cycles): the worker decodes millions of them, and the
+cyclic collector walking them would cost more than the decoding.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import re
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+AwareDatetime = Annotated[dt.datetime, msgspec.Meta(tz=True)]
+Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+SmallCount = Annotated[int, msgspec.Meta(ge=0, le=32_767)]
+Celsius = Annotated[float, msgspec.Meta(ge=-273.15, le=250)]
+Megahertz = Annotated[float, msgspec.Meta(ge=0, le=100_000)]
+Watts = Annotated[float, msgspec.Meta(ge=0, le=100_000)]
+Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+ShortText = Annotated[str, msgspec.Meta(max_length=200)]
+GpuUuid = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+
+
+class PercentStats(msgspec.Struct, frozen=True, gc=False):
+    min: Percent
+    avg: Percent
+    max: Percent
+
+
+class ByteStats(msgspec.Struct, frozen=True, gc=False):
+    min: Bytes
+    avg: Annotated[float, msgspec.Meta(ge=0, le=2**63 - 1)]
+    max: Bytes
+
+
+class PowerStats(msgspec.Struct, frozen=True, gc=False):
+    avg: Watts
+    max: Watts
+    min: Watts | None = None
+
+
+class CelsiusStats(msgspec.Struct, frozen=True, gc=False):
+    min: Celsius
+    avg: Celsius
+    max: Celsius
+
+
+class ClockStats(msgspec.Struct, frozen=True, gc=False):
+    min: Megahertz
+    avg: Megahertz
+    max: Megahertz
+
+
+class Window(msgspec.Struct, frozen=True, gc=False):
+    gpu_uuid: GpuUuid
+    window_start: AwareDatetime
+    samples_ok: SmallCount
+    samples_expected: SmallCount
+    state: Literal["up", "degraded", "down"]
+    state_reason: ShortText | None = None
+    util_gpu: PercentStats | None = None
+    util_mem: PercentStats | None = None
+    mem_used_bytes: ByteStats | None = None
+    mem_total_bytes: Bytes | None = None
+    power_w: PowerStats | None = None
+    energy_mj: Count | None = None
+    temp_c: CelsiusStats | None = None
+    clock_sm_mhz: ClockStats | None = None
+    clock_mem_mhz: ClockStats | None = None
+    throttle_reasons: Count | None = None
+    ecc_corrected: Count | None = None
+    ecc_uncorrected: Count | None = None
+    remapped_rows_correctable: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
+    remapped_rows_uncorrectable: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
+    # NVML reports "pending" as 0/1; the contract says bool. Both are accepted.
+    remapped_rows_pending: bool | Annotated[int, msgspec.Meta(ge=0, le=1)] | None = None
+    retired_pages: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
+    pcie_replays: Count | None = None
+    recovery_action: Annotated[int, msgspec.Meta(ge=0, le=32_767)] | None = None
+
+
+# The contract's kinds, plus what the agent also sends (nvml_available, batch_rejected).
+# Any other kind decodes (a newer agent must not lose a whole batch for it) and the worker
+# rejects that one event, with its reason, for an operator to see.
+EVENT_KINDS = frozenset(
+    {
+        "xid",
+        "gpu_lost",
+        "gpu_recovered",
+        "gpu_missing",
+        "gpu_appeared",
+        "nvml_unavailable",
+        "nvml_available",
+        "nvml_stall",
+        "spool_dropped",
+        "batch_rejected",
+    }
+)
+EventKind = Annotated[str, msgspec.Meta(min_length=1, max_length=20)]
+
+
+class Event(msgspec.Struct, frozen=True, gc=False):
+    event_id: uuid.UUID
+    kind: EventKind
+    occurred_at: AwareDatetime
+    gpu_uuid: GpuUuid | None = None
+    xid: Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None = None
+    detail: dict[str, Any] = {}
+
+
+class Agent(msgspec.Struct, frozen=True, gc=False):
+    version: ShortText | None = None
+    driver_version: ShortText | None = None
+    cuda_version: ShortText | None = None
+
+
+class Batch(msgspec.Struct, frozen=True, gc=False):
+    schema: Literal[1]
+    batch_id: uuid.UUID
+    agent: Agent
+    windows: list[Window] = []
+    events: list[Event] = []
+    # The contract names node_id and sent_at; when given, node_id must match the signed header.
+    node_id: uuid.UUID | None = None
+    sent_at: AwareDatetime | None = None
+    # The agent as built spells the body's creation time sealed_at: accepted as well.
+    sealed_at: AwareDatetime | None = None
+
+
+_decoder = msgspec.json.Decoder(Batch)
+_PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+_WINDOW = re.compile(r"^windows\[(?P<index>\d+)\]")
+
+
+class BodyTooLarge(Exception):
+    """The body inflates beyond the configured limit (a gzip bomb, or a runaway agent)."""
+
+
+@dataclass(frozen=True)
+class SchemaError(Exception):
+    """What is wrong, and where: ``field`` is a path such as ``windows[3].util_gpu.max``."""
+
+    detail: str
+    field: str = ""
+    window: dict[str, Any] | None = None
+
+
+def inflate(body: bytes, *, limit: int) -> bytes:
+    """gunzip with a ceiling on the inflated size."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        raw = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise SchemaError(f"The body is not valid gzip: {exc}.") from None
+    if len(raw) > limit or inflater.unconsumed_tail:
+        raise BodyTooLarge(f"The body inflates to more than {limit} bytes.")
+    if not inflater.eof:
+        raise SchemaError("The body is truncated gzip.")
+    return raw
+
+
+def batch_decode(raw: bytes, *, checked: bool = False) -> Batch:
+    """Decodes inflated JSON into a Batch, or raises SchemaError naming the field and window.
+
+    ``checked``: the body passed this function on receipt, so the checks beyond the typed
+    decode are skipped (the worker re-decodes every stored body).
+    """
+    try:
+        batch = _decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise _schema_error(str(exc), raw) from None
+    except msgspec.DecodeError as exc:
+        raise SchemaError(f"The body is not valid JSON: {exc}.") from None
+    if checked:
+        return batch
+    for index, window in enumerate(batch.windows):
+        start = window.window_start
+        if start.second or start.microsecond:
+            raise SchemaError(
+                "window_start must be aligned to the minute (…:00Z).",
+                field=f"windows[{index}].window_start",
+                window=_window_ref(index, window.gpu_uuid, start.isoformat()),
+            )
+    return batch
+
+
+def batch_decode_gzip(body: bytes, *, limit: int, checked: bool = False) -> Batch:
+    return batch_decode(inflate(body, limit=limit), checked=checked)
+
+
+def gzip_json(document: Any) -> bytes:
+    """gzip(JSON) the way agents send it (tests, benchmarks)."""
+    return gzip.compress(msgspec.json.encode(document), compresslevel=6, mtime=0)
+
+
+def _window_ref(index: int, gpu_uuid: object, window_start: object) -> dict[str, Any]:
+    return {"index": index, "gpu_uuid": gpu_uuid, "window_start": window_start}
+
+
+def _schema_error(message: str, raw: bytes) -> SchemaError:
+    match = _PATH.search(message)
+    path = match.group("path") if match else ""
+    detail = message[: match.start()] if match else message
+    window = None
+    found = _WINDOW.match(path)
+    if found:
+        index = int(found.group("index"))
+        window = _window_ref(index, None, None)
+        # Only on the error path: a lenient parse to say which GPU and minute it was.
+        try:
+            item = msgspec.json.decode(raw)["windows"][index]
+            window = _window_ref(index, item.get("gpu_uuid"), item.get("window_start"))
+        except Exception:  # noqa: S110 - best effort for the error message
+            pass
+    return SchemaError(f"{detail}.", field=path, window=window)

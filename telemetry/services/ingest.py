@@ -1,0 +1,112 @@
+"""The ingest endpoint's one write: store the raw batch, idempotently, and queue the worker."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from django.db import connection, transaction
+
+from telemetry.dispatch import processing_kick
+
+
+class Outcome(StrEnum):
+    ACCEPTED = "accepted"  # 202: stored now
+    REPLAYED = "replayed"  # 200: stored before, with the same body; the original answer
+    IN_PROGRESS = "in_progress"  # 409: the same key is being stored by another request
+    CONFLICT = "conflict"  # 422: the same key was stored with a different body
+
+
+@dataclass(frozen=True)
+class Receipt:
+    outcome: Outcome
+    answer: dict[str, Any]
+
+
+def _key_lock_id(node_id: uuid.UUID, batch_id: uuid.UUID) -> int:
+    digest = hashlib.sha256(f"telemetry-batch:{node_id}:{batch_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def batch_receive(
+    *,
+    node_id: uuid.UUID,
+    batch_id: uuid.UUID,
+    body: bytes,
+    body_sha256: str,
+    signed_at: dt.datetime,
+    received_at: dt.datetime,
+    window_count: int,
+    event_count: int,
+) -> Receipt:
+    """Commits the raw batch under ``(node, batch_id)``, or says why not; queues on commit.
+
+    A transaction-scoped advisory lock on the key tells a concurrent duplicate (409, retry)
+    from a replay of a committed batch (200, the original answer); the unique constraint is
+    what finally guarantees one row per key.
+    """
+    answer = {
+        "batch_id": str(batch_id),
+        "status": "accepted",
+        "received_at": received_at.isoformat().replace("+00:00", "Z"),
+        "windows": window_count,
+        "events": event_count,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_key_lock_id(node_id, batch_id)])
+        (locked,) = cursor.fetchone() or (False,)
+        if not locked:
+            return Receipt(Outcome.IN_PROGRESS, {})
+        cursor.execute(
+            """
+            INSERT INTO telemetry_ingestbatch
+                (node_id, batch_id, body_sha256, body, schema, status, received_at, signed_at,
+                 window_count, event_count, attempts, answer, accepted_windows,
+                 accepted_events, rejected_count, claimed_by, error)
+            VALUES (%s, %s, %s, %s, 1, 'pending', %s, %s, %s, %s, 0, %s, 0, 0, 0, '', '')
+            ON CONFLICT (node_id, batch_id) DO NOTHING
+            RETURNING id
+            """,
+            [
+                node_id,
+                batch_id,
+                body_sha256,
+                body,
+                received_at,
+                signed_at,
+                window_count,
+                event_count,
+                json.dumps(answer),
+            ],
+        )
+        if cursor.fetchone() is not None:
+            transaction.on_commit(processing_kick)
+            return Receipt(Outcome.ACCEPTED, answer)
+        cursor.execute(
+            "SELECT body_sha256, answer FROM telemetry_ingestbatch "
+            "WHERE node_id = %s AND batch_id = %s",
+            [node_id, batch_id],
+        )
+        stored_sha256, stored_answer = cursor.fetchone() or ("", {})
+    if stored_sha256 != body_sha256:
+        return Receipt(Outcome.CONFLICT, {})
+    if isinstance(stored_answer, str):
+        stored_answer = json.loads(stored_answer)
+    return Receipt(Outcome.REPLAYED, stored_answer)
+
+
+def batches_requeue(*, batch_ids: list[int]) -> int:
+    """Puts failed batches back in the queue (after an operator fixed the cause)."""
+    from telemetry.models import IngestBatch
+
+    with transaction.atomic():
+        count = IngestBatch.objects.filter(pk__in=batch_ids, status="failed").update(
+            status="pending", attempts=0, error="", claimed_by="", claimed_at=None
+        )
+        transaction.on_commit(processing_kick)
+    return count

@@ -1,0 +1,557 @@
+"""The worker's side: claim pending batches in bulk, validate, COPY, derive, mark processed.
+
+A claim is a committed compare-and-set (``status='claimed', claimed_by=me``) over rows picked
+with ``FOR UPDATE SKIP LOCKED``, so concurrent workers never take the same batch and an
+operator can see who holds what. A claim older than ``TELEMETRY_CLAIM_TIMEOUT_S`` (its worker
+died) is taken over by the next claim. Processing then runs one transaction per chunk, which
+re-checks the claim under a row lock before writing anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.utils import timezone
+
+from telemetry.models import RejectedRecord
+from telemetry.schema import EVENT_KINDS, Batch, SchemaError, Window, batch_decode_gzip
+from telemetry.services.derived import derived_update
+from telemetry.services.partitions import window_partitions_ensure
+
+log = logging.getLogger(__name__)
+
+WINDOW_COLUMNS = (
+    "gpu_id", "window_start", "node_id", "batch_id", "samples_ok", "samples_expected", "state",
+    "state_reason", "util_gpu_min", "util_gpu_avg", "util_gpu_max", "util_mem_avg",
+    "util_mem_max", "mem_used_max_bytes", "mem_total_bytes", "power_avg_w", "power_max_w",
+    "energy_mj", "temp_avg_c", "temp_max_c", "clock_sm_avg_mhz", "clock_mem_avg_mhz",
+    "throttle_reasons", "ecc_corrected", "ecc_uncorrected", "remapped_rows_correctable",
+    "remapped_rows_uncorrectable", "remapped_rows_pending", "retired_pages", "pcie_replays",
+    "recovery_action",
+)  # fmt: skip
+WINDOW_TYPES = (
+    "uuid", "timestamptz", "uuid", "int8", "int2", "int2", "text", "text", "float8", "float8",
+    "float8", "float8", "float8", "int8", "int8", "float8", "float8", "int8", "float8", "float8",
+    "float8", "float8", "int8", "int8", "int8", "int4", "int4", "bool", "int4", "int8", "int2",
+)  # fmt: skip
+COPY_WINDOWS = f"COPY telemetry_window ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+COPY_STAGE = f"COPY telemetry_window_stage ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+
+
+@dataclass
+class ProcessResult:
+    claimed: int = 0
+    processed: int = 0
+    failed: int = 0
+    windows: int = 0
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: int
+    window_count: int
+
+
+def batches_claim(*, worker: str, limit: int) -> list[Claim]:
+    """Claims up to ``limit`` of the oldest pending (or abandoned) batches for ``worker``."""
+    timeout = dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE telemetry_ingestbatch b
+               SET status = 'claimed', claimed_at = now(), claimed_by = %(worker)s,
+                   attempts = b.attempts + 1
+              FROM (SELECT id FROM telemetry_ingestbatch
+                     WHERE status IN ('pending', 'claimed')
+                       AND (status = 'pending' OR claimed_at < now() - %(timeout)s)
+                     ORDER BY received_at, id
+                     LIMIT %(limit)s
+                     FOR UPDATE SKIP LOCKED) AS picked
+             WHERE b.id = picked.id
+            RETURNING b.id, b.window_count, b.attempts
+            """,
+            {"worker": worker, "timeout": timeout, "limit": limit},  # type: ignore[dict-item]
+        )
+        rows = cursor.fetchall()
+        # A batch that keeps killing its worker is set aside for an operator, not retried forever.
+        given_up = [bid for bid, _, attempts in rows if attempts > settings.TELEMETRY_MAX_ATTEMPTS]
+        if given_up:
+            cursor.execute(
+                "UPDATE telemetry_ingestbatch SET status = 'failed', "
+                "error = 'gave up after repeated attempts (worker lost each time)' "
+                "WHERE id = ANY(%s)",
+                [given_up],
+            )
+    return sorted(
+        (Claim(bid, count) for bid, count, attempts in rows if bid not in set(given_up)),
+        key=lambda c: c.id,
+    )
+
+
+def batches_process(
+    *, worker: str, limit: int | None = None, optimistic_copy: bool = True
+) -> ProcessResult:
+    """Claims a set of batches and processes them in chunks of about
+    ``TELEMETRY_CHUNK_WINDOWS`` windows, one transaction each."""
+    claims = batches_claim(worker=worker, limit=limit or settings.TELEMETRY_CLAIM_BATCHES)
+    result = ProcessResult(claimed=len(claims))
+    for chunk in _chunks(claims, settings.TELEMETRY_CHUNK_WINDOWS):
+        try:
+            _chunk_process(chunk, worker=worker, result=result, optimistic_copy=optimistic_copy)
+        except (OperationalError, InterfaceError, psycopg.OperationalError):
+            raise  # the database went away: the claim expires and the batches come back
+        except Exception:
+            log.exception("chunk of %d batches failed; retrying them one by one", len(chunk))
+            for one in chunk:
+                try:
+                    _chunk_process([one], worker=worker, result=result, optimistic_copy=False)
+                except (OperationalError, InterfaceError, psycopg.OperationalError):
+                    raise
+                except Exception as exc:
+                    log.exception("batch %s failed", one)
+                    _batch_fail(batch_id=one, worker=worker, error=f"{type(exc).__name__}: {exc}")
+                    result.failed += 1
+    return result
+
+
+def _chunks(claims: list[Claim], windows: int) -> Iterator[list[int]]:
+    chunk: list[int] = []
+    size = 0
+    for claim in claims:
+        if chunk and size + claim.window_count > windows:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(claim.id)
+        size += claim.window_count
+    if chunk:
+        yield chunk
+
+
+def _batch_fail(*, batch_id: int, worker: str, error: str) -> None:
+    with transaction.atomic():
+        connection.cursor().execute(
+            "UPDATE telemetry_ingestbatch SET status = 'failed', error = %s, processed_at = now() "
+            "WHERE id = %s AND status = 'claimed' AND claimed_by = %s",
+            [error[:2000], batch_id, worker],
+        )
+
+
+@dataclass
+class _Loaded:
+    id: int
+    node_id: uuid.UUID
+    received_at: dt.datetime
+    signed_at: dt.datetime
+    batch: Batch
+    accepted_windows: int = 0
+    accepted_events: int = 0
+    rejected: int = 0
+    last_window_start: dt.datetime | None = None
+
+
+@dataclass
+class _Work:
+    window_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    windows_by_gpu: dict[uuid.UUID, tuple[dt.datetime, dt.datetime]] = field(default_factory=dict)
+    event_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    rejections: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def _load(batch_ids: list[int]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
+    """Reads and decodes the raw bodies (outside the write transaction: bodies never change)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, node_id, body, received_at, signed_at FROM telemetry_ingestbatch "
+            "WHERE id = ANY(%s) ORDER BY id",
+            [batch_ids],
+        )
+        rows = cursor.fetchall()
+    loaded, broken = [], []
+    limit = settings.TELEMETRY_MAX_INFLATED_BYTES
+    for bid, node_id, body, received_at, signed_at in rows:
+        try:
+            batch = batch_decode_gzip(bytes(body), limit=limit, checked=True)
+        except (SchemaError, Exception) as exc:
+            broken.append((bid, f"undecodable body: {exc}"))
+            continue
+        loaded.append(_Loaded(bid, node_id, received_at, signed_at, batch))
+    return loaded, broken
+
+
+def _chunk_process(
+    batch_ids: list[int], *, worker: str, result: ProcessResult, optimistic_copy: bool
+) -> None:
+    loaded, broken = _load(batch_ids)
+    for bid, error in broken:
+        _batch_fail(batch_id=bid, worker=worker, error=error)
+        result.failed += 1
+    if not loaded:
+        return
+    now = timezone.now()
+    floor = _retention_floor(now)
+    ceiling = now + _future_limit()
+    days = {
+        start.date()
+        for start in {w.window_start for item in loaded for w in item.batch.windows}
+        if floor <= start <= ceiling
+    }
+    window_partitions_ensure(days=days)
+
+    with transaction.atomic():
+        # A server-side-binding cursor on Django's connection (same transaction): the large
+        # array parameters travel in binary instead of being quoted into the SQL text.
+        cursor = psycopg.Cursor(connection.connection)
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        # The claim still ours? (A claim that timed out may have passed to another worker.)
+        cursor.execute(
+            "SELECT id FROM telemetry_ingestbatch WHERE id = ANY(%s) AND status = 'claimed' "
+            "AND claimed_by = %s ORDER BY id FOR UPDATE",
+            [[item.id for item in loaded], worker],
+        )
+        ours = {row[0] for row in cursor.fetchall()}
+        loaded = [item for item in loaded if item.id in ours]
+        if not loaded:
+            return
+        # One writer per node at a time, taken in a fixed order: derived rows (transitions,
+        # rollups) are recomputed from windows and must see every committed window.
+        nodes = sorted({item.node_id for item in loaded})
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(%s::bigint[]) AS k ORDER BY k) s",
+            [[_node_lock_id(n) for n in nodes]],
+        )
+        work = _validate(cursor, loaded, now=now, floor=floor)
+        if work.window_rows:
+            _windows_write(cursor, work.window_rows, optimistic=optimistic_copy)
+        xids = _events_write(cursor, work.event_rows)
+        if work.rejections:
+            _rejections_write(cursor, work.rejections)
+        derived_update(cursor=cursor, windows_by_gpu=work.windows_by_gpu, xid_events=xids)
+        _node_status_update(cursor, loaded)
+        cursor.execute(
+            """
+            UPDATE telemetry_ingestbatch b
+               SET status = 'processed', processed_at = now(), error = '',
+                   accepted_windows = v.aw, accepted_events = v.ae, rejected_count = v.rc
+              FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::int[]) AS v(id, aw, ae, rc)
+             WHERE b.id = v.id
+            """,
+            [
+                [item.id for item in loaded],
+                [item.accepted_windows for item in loaded],
+                [item.accepted_events for item in loaded],
+                [item.rejected for item in loaded],
+            ],
+        )
+    result.processed += len(loaded)
+    result.windows += sum(item.accepted_windows for item in loaded)
+    result.rejected += sum(item.rejected for item in loaded)
+
+
+def _node_lock_id(node_id: uuid.UUID) -> int:
+    digest = hashlib.sha256(f"telemetry-node:{node_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _future_limit() -> dt.timedelta:
+    return dt.timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
+
+
+def _retention_floor(now: dt.datetime) -> dt.datetime:
+    today = now.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return today - dt.timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)
+
+
+# node id (text) → NVML UUID → [(valid_from, valid_to, gpu id)]; text keys hash much faster
+# than UUID objects, and this is looked up once per window.
+Placements = dict[str, dict[str, list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]]]
+
+
+def _placements(cursor: Any, loaded: list[_Loaded]) -> Placements:
+    """Where each GPU (by NVML UUID) sat on the batches' nodes over the batches' time span."""
+    instants = [w.window_start for item in loaded for w in item.batch.windows] + [
+        e.occurred_at for item in loaded for e in item.batch.events
+    ]
+    if not instants:
+        return {}
+    cursor.execute(
+        """
+        SELECT p.node_id, g.nvml_uuid, p.valid_from, p.valid_to, p.gpu_id
+          FROM fleet_placement p JOIN fleet_gpu g ON g.id = p.gpu_id
+         WHERE p.node_id = ANY(%s) AND p.valid_from <= %s
+           AND (p.valid_to IS NULL OR p.valid_to > %s)
+        """,
+        [list({item.node_id for item in loaded}), max(instants), min(instants)],
+    )
+    placed: Placements = defaultdict(lambda: defaultdict(list))
+    for node_id, nvml_uuid, valid_from, valid_to, gpu_id in cursor.fetchall():
+        placed[str(node_id)][nvml_uuid].append((valid_from, valid_to, gpu_id))
+    return placed
+
+
+def _placed_gpu(
+    placed: dict[str, list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]],
+    gpu_uuid: str,
+    at: dt.datetime,
+) -> uuid.UUID | None:
+    for valid_from, valid_to, gpu_id in placed.get(gpu_uuid, ()):
+        if valid_from <= at and (valid_to is None or at < valid_to):
+            return gpu_id
+    return None
+
+
+_ORDERED_STATS = ("util_gpu", "util_mem", "mem_used_bytes", "temp_c", "clock_sm_mhz")
+
+
+def _impossible(w: Window) -> str | None:
+    """A cross-field contradiction, or None. Single-field bounds were checked on receipt."""
+    if w.samples_ok > w.samples_expected:
+        return f"samples_ok {w.samples_ok} > samples_expected {w.samples_expected}"
+    for name in _ORDERED_STATS:
+        stats = getattr(w, name)
+        if stats is not None and (stats.min > stats.avg + 1e-6 or stats.avg > stats.max + 1e-6):
+            return f"{name}: min {stats.min}, avg {stats.avg}, max {stats.max} are out of order"
+    if w.power_w is not None and w.power_w.avg > w.power_w.max + 1e-6:
+        return f"power_w: avg {w.power_w.avg} > max {w.power_w.max}"
+    if (
+        w.mem_used_bytes is not None
+        and w.mem_total_bytes is not None
+        and w.mem_used_bytes.max > w.mem_total_bytes
+    ):
+        return f"mem_used_bytes.max {w.mem_used_bytes.max} > mem_total_bytes {w.mem_total_bytes}"
+    return None
+
+
+def _window_row(w: Window, gpu_id: uuid.UUID, node_id: uuid.UUID, batch_pk: int) -> tuple[Any, ...]:
+    u, m, mem, p, t = w.util_gpu, w.util_mem, w.mem_used_bytes, w.power_w, w.temp_c
+    pending = w.remapped_rows_pending
+    return (
+        gpu_id, w.window_start, node_id, batch_pk, w.samples_ok, w.samples_expected, w.state,
+        w.state_reason,
+        u.min if u else None, u.avg if u else None, u.max if u else None,
+        m.avg if m else None, m.max if m else None,
+        mem.max if mem else None, w.mem_total_bytes,
+        p.avg if p else None, p.max if p else None,
+        w.energy_mj,
+        t.avg if t else None, t.max if t else None,
+        w.clock_sm_mhz.avg if w.clock_sm_mhz else None,
+        w.clock_mem_mhz.avg if w.clock_mem_mhz else None,
+        w.throttle_reasons, w.ecc_corrected, w.ecc_uncorrected,
+        w.remapped_rows_correctable, w.remapped_rows_uncorrectable,
+        None if pending is None else bool(pending),
+        w.retired_pages, w.pcie_replays, w.recovery_action,
+    )  # fmt: skip
+
+
+def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt.datetime) -> _Work:
+    placed = _placements(cursor, loaded)
+    work = _Work()
+    seen: set[tuple[str, dt.datetime]] = set()
+    span: dict[str, tuple[dt.datetime, dt.datetime]] = {}
+    gpu_ids: dict[str, uuid.UUID] = {}
+    future_limit = _future_limit()
+    for item in loaded:
+        future = item.received_at + future_limit
+        node_placed = placed.get(str(item.node_id), {})
+        last_start: dt.datetime | None = None
+
+        def reject(kind: str, index: int, gpu_uuid: str, at: dt.datetime, reason: str,
+                   detail: str, payload: Any, item: _Loaded = item) -> None:  # fmt: skip
+            item.rejected += 1
+            work.rejections.append(
+                (item.id, item.node_id, kind, index, gpu_uuid, at, reason, detail, payload)
+            )
+
+        for index, w in enumerate(item.batch.windows):
+            start = w.window_start
+            gpu_id = _placed_gpu(node_placed, w.gpu_uuid, start)
+            problem: tuple[str, str] | None = None
+            if gpu_id is None:
+                problem = (
+                    "not_placed",
+                    f"GPU {w.gpu_uuid} is not placed on this node at {start:%Y-%m-%dT%H:%M:%SZ}",
+                )
+            elif start > future:
+                problem = (
+                    "future",
+                    f"window_start is {(start - item.received_at).total_seconds():.0f} s after receipt (limit {settings.TELEMETRY_MAX_FUTURE_S} s)",  # noqa: E501
+                )
+            elif start < floor:
+                problem = (
+                    "beyond_retention",
+                    f"window_start is older than the {settings.TELEMETRY_RAW_RETENTION_DAYS}-day raw retention",  # noqa: E501
+                )
+            else:
+                impossible = _impossible(w)
+                if impossible:
+                    problem = ("impossible_value", impossible)
+            if problem is not None:
+                reject("window", index, w.gpu_uuid, start, *problem, _to_builtins(w))
+                continue
+            assert gpu_id is not None
+            gpu_uuid = w.gpu_uuid
+            key = (gpu_uuid, start)
+            item.accepted_windows += 1
+            if last_start is None or start > last_start:
+                last_start = start
+            if key in seen:
+                continue  # the same window twice in this chunk: stored once, idempotently
+            seen.add(key)
+            work.window_rows.append(_window_row(w, gpu_id, item.node_id, item.id))
+            lo_hi = span.get(gpu_uuid)
+            if lo_hi is None:
+                span[gpu_uuid] = (start, start)
+                gpu_ids[gpu_uuid] = gpu_id
+            elif start < lo_hi[0]:
+                span[gpu_uuid] = (start, lo_hi[1])
+            elif start > lo_hi[1]:
+                span[gpu_uuid] = (lo_hi[0], start)
+        item.last_window_start = last_start
+        for index, e in enumerate(item.batch.events):
+            if e.kind not in EVENT_KINDS:
+                detail = f"event kind {e.kind!r} is not one this server knows"
+                reject("event", index, e.gpu_uuid or "", e.occurred_at, "unknown_kind", detail,
+                       _to_builtins(e))  # fmt: skip
+                continue
+            if e.occurred_at > future:
+                reject("event", index, e.gpu_uuid or "", e.occurred_at, "future",
+                       f"occurred_at is {(e.occurred_at - item.received_at).total_seconds():.0f} s after receipt",  # noqa: E501
+                       _to_builtins(e))  # fmt: skip
+                continue
+            # An event may name a GPU that is not (or no longer) placed here — gpu_appeared,
+            # gpu_missing — so it is kept, with the GPU resolved only when it is placed.
+            gpu_id = _placed_gpu(node_placed, e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
+            item.accepted_events += 1
+            work.event_rows.append(
+                (item.node_id, e.event_id, gpu_id, e.gpu_uuid or "", e.kind, e.occurred_at, e.xid,
+                 json.dumps(e.detail, allow_nan=False, default=str), item.id)
+            )  # fmt: skip
+    work.windows_by_gpu = {gpu_ids[u]: lo_hi for u, lo_hi in span.items()}
+    return work
+
+
+def _to_builtins(value: Any) -> Any:
+    import msgspec
+
+    return json.loads(msgspec.json.encode(value), parse_constant=lambda c: None)
+
+
+def _windows_write(cursor: Any, rows: list[tuple[Any, ...]], *, optimistic: bool) -> None:
+    """Binary COPY straight into the partitioned table; if any window is already stored (a
+    replay in a new batch), the savepoint is rolled back and the rows go through a TEMP stage
+    with ``ON CONFLICT DO NOTHING`` instead."""
+    if optimistic:
+        savepoint = transaction.savepoint_create()
+        try:
+            with cursor.copy(COPY_WINDOWS) as copy:
+                copy.set_types(WINDOW_TYPES)
+                for row in rows:
+                    copy.write_row(row)
+        except psycopg.errors.UniqueViolation:
+            transaction.savepoint_rollback(savepoint)
+        else:
+            transaction.savepoint_commit(savepoint)
+            return
+    cursor.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS telemetry_window_stage "
+        "(LIKE telemetry_window INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+    )
+    with cursor.copy(COPY_STAGE) as copy:
+        copy.set_types(WINDOW_TYPES)
+        for row in rows:
+            copy.write_row(row)
+    cursor.execute(
+        "INSERT INTO telemetry_window SELECT * FROM telemetry_window_stage "
+        "ORDER BY gpu_id, window_start ON CONFLICT DO NOTHING"
+    )
+    cursor.execute("TRUNCATE telemetry_window_stage")
+
+
+def _events_write(cursor: Any, rows: list[tuple[Any, ...]]) -> list[tuple[uuid.UUID, dt.datetime]]:
+    """Inserts events once per (node, event_id); returns the new XIDs' (GPU, time)."""
+    if not rows:
+        return []
+    columns = list(zip(*rows, strict=True))
+    cursor.execute(
+        """
+        INSERT INTO telemetry_telemetryevent
+            (node_id, event_id, gpu_id, gpu_uuid, kind, occurred_at, xid, detail, batch_id)
+        SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::text[], %s::text[],
+                             %s::timestamptz[], %s::int[], %s::jsonb[], %s::bigint[])
+        ORDER BY 1, 2
+        ON CONFLICT (node_id, event_id) DO NOTHING
+        RETURNING gpu_id, occurred_at, kind
+        """,
+        [list(c) for c in columns],
+    )
+    return [(g, at) for g, at, kind in cursor.fetchall() if kind == "xid" and g is not None]
+
+
+def _rejections_write(cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+    RejectedRecord.objects.bulk_create(
+        [
+            RejectedRecord(
+                batch_id=bid, node_id=node_id, kind=kind, index=index, gpu_uuid=gpu_uuid, at=at,
+                reason=reason, detail=detail, payload=payload,
+            )
+            for bid, node_id, kind, index, gpu_uuid, at, reason, detail, payload in rows
+        ],
+        ignore_conflicts=True,
+    )  # fmt: skip
+
+
+def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
+    latest: dict[uuid.UUID, _Loaded] = {}
+    window_end: dict[uuid.UUID, dt.datetime] = {}
+    for item in loaded:
+        if item.node_id not in latest or item.received_at > latest[item.node_id].received_at:
+            latest[item.node_id] = item
+        if item.last_window_start is not None:
+            end = item.last_window_start + dt.timedelta(seconds=60)
+            if item.node_id not in window_end or end > window_end[item.node_id]:
+                window_end[item.node_id] = end
+    nodes = sorted(latest)
+    cursor.execute(
+        """
+        INSERT INTO telemetry_nodestatus AS ns
+            (node_id, last_seen_at, last_window_end, clock_skew_s, agent_version,
+             driver_version, stale, stale_since, reported_gpus)
+        SELECT n, seen, wend, skew, av, dv, false, NULL, '[]'::jsonb
+          FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[], %s::float8[],
+                      %s::text[], %s::text[]) AS v(n, seen, wend, skew, av, dv)
+        ON CONFLICT (node_id) DO UPDATE SET
+            last_seen_at = greatest(ns.last_seen_at, EXCLUDED.last_seen_at),
+            last_window_end = greatest(ns.last_window_end, EXCLUDED.last_window_end),
+            clock_skew_s = CASE WHEN ns.last_seen_at IS NULL
+                                  OR EXCLUDED.last_seen_at >= ns.last_seen_at
+                                THEN EXCLUDED.clock_skew_s ELSE ns.clock_skew_s END,
+            agent_version = CASE WHEN EXCLUDED.agent_version <> '' THEN EXCLUDED.agent_version
+                                 ELSE ns.agent_version END,
+            driver_version = CASE WHEN EXCLUDED.driver_version <> ''
+                                  THEN EXCLUDED.driver_version ELSE ns.driver_version END,
+            stale = CASE WHEN ns.last_seen_at IS NULL OR EXCLUDED.last_seen_at > ns.last_seen_at
+                         THEN false ELSE ns.stale END,
+            stale_since = CASE WHEN ns.last_seen_at IS NULL
+                                 OR EXCLUDED.last_seen_at > ns.last_seen_at
+                               THEN NULL ELSE ns.stale_since END
+        """,
+        [
+            nodes,
+            [latest[n].received_at for n in nodes],
+            [window_end.get(n) for n in nodes],
+            [(latest[n].signed_at - latest[n].received_at).total_seconds() for n in nodes],
+            [latest[n].batch.agent.version or "" for n in nodes],
+            [latest[n].batch.agent.driver_version or "" for n in nodes],
+        ],
+    )

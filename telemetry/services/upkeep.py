@@ -1,0 +1,101 @@
+"""Beat's work: re-queue lost batches, mark silent nodes stale, keep partitions and retention."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from telemetry.services.derived import LOOKAROUND, WINDOW
+from telemetry.services.partitions import window_partitions_ahead, window_partitions_drop_before
+
+
+def batches_needing_work(*, now: dt.datetime, older_than: dt.timedelta) -> int:
+    """How many batches a worker should have taken by now: pending longer than ``older_than``
+    (their task was lost, e.g. Redis was flushed) or claimed by a worker that went silent."""
+    claim_timeout = dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT count(*) FROM telemetry_ingestbatch
+             WHERE status IN ('pending', 'claimed')
+               AND ((status = 'pending' AND received_at < %s)
+                 OR (status = 'claimed' AND claimed_at < %s))
+            """,
+            [now - older_than, now - claim_timeout],
+        )
+        (count,) = cursor.fetchone() or (0,)
+    return int(count)
+
+
+@dataclass(frozen=True)
+class StaleNode:
+    node_id: str
+    last_seen_at: dt.datetime
+
+
+def nodes_mark_stale(*, now: dt.datetime) -> list[StaleNode]:
+    """Marks nodes silent for ``TELEMETRY_STALE_AFTER_WINDOWS`` windows as stale and records,
+    for each GPU placed on them, a ``no_data`` transition at the end of its last window —
+    when the data stopped, not when beat noticed. Only nodes turning stale are visited."""
+    cutoff = now - WINDOW * settings.TELEMETRY_STALE_AFTER_WINDOWS
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE telemetry_nodestatus ns SET stale = true, stale_since = %(now)s
+             WHERE NOT ns.stale AND ns.last_seen_at < %(cutoff)s
+               AND NOT EXISTS (SELECT 1 FROM telemetry_ingestbatch b
+                                WHERE b.node_id = ns.node_id AND b.received_at >= %(cutoff)s)
+            RETURNING ns.node_id, ns.last_seen_at
+            """,
+            {"now": now, "cutoff": cutoff},
+        )
+        stale = [StaleNode(str(node_id), seen) for node_id, seen in cursor.fetchall()]
+        if stale:
+            cursor.execute(
+                """
+                INSERT INTO telemetry_gpustatetransition (gpu_id, state, reason, at, recorded_at)
+                SELECT p.gpu_id, 'no_data', 'node stale: no telemetry',
+                       last.window_start + interval '60 seconds', now()
+                  FROM fleet_placement p
+                  CROSS JOIN LATERAL (
+                        SELECT w.window_start FROM telemetry_window w
+                         WHERE w.gpu_id = p.gpu_id AND w.window_start >= %(since)s
+                         ORDER BY w.window_start DESC LIMIT 1) AS last
+                 WHERE p.node_id = ANY(%(nodes)s::uuid[])
+                   AND p.valid_from <= %(now)s AND (p.valid_to IS NULL OR p.valid_to > %(now)s)
+                ON CONFLICT (gpu_id, at) DO NOTHING
+                """,
+                {"nodes": [s.node_id for s in stale], "now": now, "since": now - LOOKAROUND},
+            )
+    return stale
+
+
+def partitions_maintain(*, now: dt.datetime) -> tuple[list[dt.date], list[dt.date]]:
+    """Creates the coming days' partitions; drops those past raw retention."""
+    today = now.astimezone(dt.UTC).date()
+    created = window_partitions_ahead(
+        today=today, days_ahead=settings.TELEMETRY_PARTITIONS_AHEAD_DAYS
+    )
+    dropped = window_partitions_drop_before(
+        day=today - dt.timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)
+    )
+    return created, dropped
+
+
+def batches_purge(*, now: dt.datetime) -> int:
+    """Deletes processed raw batches (and their rejections) past batch retention."""
+    cutoff = now - dt.timedelta(days=settings.TELEMETRY_BATCH_RETENTION_DAYS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM telemetry_rejectedrecord WHERE batch_id IN (SELECT id FROM "
+            "telemetry_ingestbatch WHERE status = 'processed' AND received_at < %s)",
+            [cutoff],
+        )
+        cursor.execute(
+            "DELETE FROM telemetry_ingestbatch WHERE status = 'processed' AND received_at < %s",
+            [cutoff],
+        )
+        return int(cursor.rowcount)

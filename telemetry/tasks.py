@@ -1,0 +1,83 @@
+"""Celery tasks: thin wrappers that call one service and own their retries."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import time
+
+from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.utils import timezone
+
+from telemetry.dispatch import processing_kick, processing_started
+from telemetry.services import processing, upkeep
+
+log = logging.getLogger(__name__)
+
+# One task drains batches for at most this long, then hands over to a fresh one.
+DRAIN_BUDGET_S = 20.0
+
+
+@shared_task(
+    name="telemetry.batches_process",
+    bind=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    retry_backoff_max=30,
+    max_retries=None,
+)
+def batches_process(self: object) -> int:
+    """Claims and processes pending batches until none are left or the budget is spent.
+
+    When a claim comes back full, another task is queued at once so that a second worker
+    drains in parallel.
+    """
+    processing_started()
+    worker = f"{getattr(getattr(self, 'request', None), 'hostname', 'worker')}:{os.getpid()}"
+    limit = settings.TELEMETRY_CLAIM_BATCHES
+    started = time.monotonic()
+    total = 0
+    fanned_out = False
+    while True:
+        result = processing.batches_process(worker=worker, limit=limit)
+        total += result.processed
+        if result.claimed < limit:
+            return total
+        if not fanned_out:
+            processing_kick()
+            fanned_out = True
+        if time.monotonic() - started > DRAIN_BUDGET_S:
+            processing_kick()
+            return total
+
+
+@shared_task(name="telemetry.batches_sweep", ignore_result=True)
+def batches_sweep() -> int:
+    """Re-queues processing when batches wait longer than they should (lost task)."""
+    waiting = upkeep.batches_needing_work(
+        now=timezone.now(), older_than=dt.timedelta(seconds=settings.TELEMETRY_SWEEP_AFTER_S)
+    )
+    if waiting:
+        log.warning("sweep: %d batches waited too long; re-queueing processing", waiting)
+        batches_process.delay()
+    return waiting
+
+
+@shared_task(name="telemetry.nodes_mark_stale", ignore_result=True)
+def nodes_mark_stale() -> int:
+    return len(upkeep.nodes_mark_stale(now=timezone.now()))
+
+
+@shared_task(name="telemetry.partitions_maintain", ignore_result=True)
+def partitions_maintain() -> None:
+    created, dropped = upkeep.partitions_maintain(now=timezone.now())
+    if created or dropped:
+        log.info("partitions: created %s, dropped %s", created, dropped)
+
+
+@shared_task(name="telemetry.batches_purge", ignore_result=True)
+def batches_purge() -> int:
+    return upkeep.batches_purge(now=timezone.now())

@@ -1,0 +1,70 @@
+"""The operator console: ingest health and the telemetry changelists."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.urls import reverse
+
+from telemetry.models import BootstrapToken
+from telemetry.services.processing import batches_process
+from telemetry.testing import batch_document, window
+from tests.conftest import PASSWORD
+from tests.telemetry.conftest import NOW
+
+pytestmark = pytest.mark.usefixtures("now")
+
+
+@pytest.fixture
+def console(client, oscar):
+    client.login(email=oscar.email, password=PASSWORD)
+    return client
+
+
+def test_ingest_health_shows_queue_nodes_and_rejections(console, node, post):
+    start = NOW.replace(second=0) - dt.timedelta(minutes=3)
+    post(
+        node,
+        batch_document(
+            node=node,
+            windows=[window(node.gpus[0].nvml_uuid, start), window("GPU-stranger", start)],
+        ),
+    )
+    batches_process(worker="w")
+    post(node, batch_document(node=node, windows=[]))  # one left pending
+    response = console.get(reverse("admin:telemetry_ingest_health"))
+    assert response.status_code == 200
+    health = response.context["health"]
+    assert (health.pending, health.claimed, health.failed, health.lag_s) == (1, 0, 0, 0.0)
+    assert health.rejections_by_reason == [("not_placed", 1)]
+    assert [s.node_id for s in health.nodes] == [node.id]
+    assert b"GPU-stranger" in response.content
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "ingestbatch",
+        "rejectedrecord",
+        "telemetryevent",
+        "gpustatetransition",
+        "hourlyrollup",
+        "nodestatus",
+        "nodecredential",
+        "bootstraptoken",
+    ],
+)
+def test_changelists_load_without_counting(console, node, model, django_assert_max_num_queries):
+    with django_assert_max_num_queries(12):
+        assert console.get(reverse(f"admin:telemetry_{model}_changelist")).status_code == 200
+
+
+def test_a_bootstrap_token_is_issued_from_the_console_and_shown_once(console, node):
+    response = console.post(
+        reverse("admin:telemetry_bootstraptoken_add"), {"node": node.id}, follow=True
+    )
+    assert response.status_code == 200
+    shown = [str(m) for m in response.context["messages"]]
+    assert any(node.node.hostname in m and "shown once" in m for m in shown)
+    assert BootstrapToken.objects.filter(node=node.node).count() == 1

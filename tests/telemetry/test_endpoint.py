@@ -1,0 +1,208 @@
+"""POST /api/v1/telemetry/batches: authentication, limits, schema, idempotency."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+
+import pytest
+
+from telemetry.models import IngestBatch, NodeCredential
+from telemetry.testing import batch_document, fleet_node, signed_batch, uuid7, window
+from tests.telemetry.conftest import NOW
+
+pytestmark = pytest.mark.usefixtures("now")
+START = NOW.replace(second=0) - dt.timedelta(minutes=2)
+
+
+def doc_for(node, **window_overrides):
+    return batch_document(
+        node=node, windows=[window(node.gpus[0].nvml_uuid, START, **window_overrides)]
+    )
+
+
+def test_a_signed_batch_is_stored_raw_and_acknowledged_202(node, post):
+    document = doc_for(node)
+    response = post(node, document)
+    assert response.status_code == 202
+    assert response.json() == {
+        "batch_id": document["batch_id"],
+        "status": "accepted",
+        "received_at": "2026-11-21T12:00:30Z",
+        "windows": 1,
+        "events": 0,
+    }
+    stored = IngestBatch.objects.get()
+    assert (stored.node_id, str(stored.batch_id), stored.status) == (
+        node.id,
+        document["batch_id"],
+        "pending",
+    )
+    assert json.loads(gzip.decompress(bytes(stored.body))) == document
+    assert stored.window_count == 1
+    assert stored.signed_at == NOW.replace(microsecond=0)
+
+
+def test_the_endpoint_does_little_work(node, post, django_assert_num_queries):
+    document = doc_for(node)
+    # The key's generation; then, in one transaction (a savepoint inside the test's own), the
+    # key's advisory lock and the insert.
+    with django_assert_num_queries(5):
+        assert post(node, document).status_code == 202
+
+
+def test_a_replay_gets_the_original_answer_and_stores_nothing_new(node, post):
+    document = doc_for(node)
+    first = post(node, document)
+    again = post(node, document)
+    assert again.status_code == 200
+    assert again.json() == first.json()
+    assert IngestBatch.objects.count() == 1
+
+
+def test_the_same_key_with_another_body_is_422(node, post):
+    document = doc_for(node)
+    post(node, document)
+    changed = {**document, "windows": [window(node.gpus[1].nvml_uuid, START)]}
+    response = post(node, changed)
+    assert response.status_code == 422
+    assert response.json()["error"] == "idempotency_key_reused"
+    assert IngestBatch.objects.count() == 1
+
+
+def test_keys_are_per_node(node, post):
+    other = fleet_node(gpus=1)
+    batch_id = uuid7()
+    assert post(node, batch_document(node=node, windows=[], batch_id=batch_id)).status_code == 202
+    response = post(other, batch_document(node=other, windows=[], batch_id=batch_id))
+    assert response.status_code == 202  # not node's answer: another node's key space
+    assert IngestBatch.objects.filter(batch_id=batch_id).count() == 2
+
+
+@pytest.mark.parametrize(
+    ("case", "expected_error"),
+    [
+        ("bad_signature", "unauthorized"),
+        ("expired_timestamp", "unauthorized"),
+        ("future_timestamp", "unauthorized"),
+        ("unknown_node", "unauthorized"),
+        ("revoked_key", "unauthorized"),
+        ("missing_headers", "unauthorized"),
+    ],
+)
+def test_unauthenticated_requests_are_401_and_store_nothing(node, post, case, expected_error):
+    document = doc_for(node)
+    kwargs: dict[str, object] = {}
+    if case == "bad_signature":
+        kwargs["headers"] = {"X-Steward-Signature": "v1=" + "0" * 64}
+    elif case == "expired_timestamp":
+        kwargs["timestamp"] = int(NOW.timestamp()) - 301
+    elif case == "future_timestamp":
+        kwargs["timestamp"] = int(NOW.timestamp()) + 301
+    elif case == "unknown_node":
+        kwargs["headers"] = {"X-Steward-Node": str(uuid7())}
+    elif case == "revoked_key":
+        NodeCredential.objects.filter(node=node.node).update(revoked_at=NOW)
+    elif case == "missing_headers":
+        kwargs["headers"] = {"X-Steward-Timestamp": "soon"}
+    response = post(node, document, **kwargs)
+    assert response.status_code == 401
+    assert response.json()["error"] == expected_error
+    assert not IngestBatch.objects.exists()
+
+
+def test_a_signature_over_another_body_is_refused(node, post):
+    document = doc_for(node)
+    _, headers = signed_batch(node, doc_for(node))
+    response = post(node, document, headers={"X-Steward-Signature": headers["X-Steward-Signature"]})
+    assert response.status_code == 401
+    assert not IngestBatch.objects.exists()
+
+
+def test_a_rotated_key_stops_the_old_one(node, post):
+    from telemetry.services.enrolment import node_key_rotate
+
+    node_key_rotate(node=node.node)
+    assert post(node, doc_for(node)).status_code == 401
+
+
+def test_a_body_over_1_mib_is_413(node, client):
+    from telemetry.testing import signed_headers
+
+    body = b"\x1f\x8b" + bytes(2 * 1024 * 1024)
+    headers = signed_headers(node_id=node.id, key=node.key, body=body, batch_id=str(uuid7()))
+    response = client.post(
+        "/api/v1/telemetry/batches",
+        data=body,
+        content_type=headers.pop("Content-Type"),
+        headers=headers,
+    )
+    assert response.status_code == 413
+    assert not IngestBatch.objects.exists()
+
+
+def test_a_gzip_bomb_is_413(node, post, settings):
+    settings.TELEMETRY_MAX_INFLATED_BYTES = 100_000
+    document = doc_for(node)
+    document["agent"]["version"] = "x" * 150
+    document["padding"] = " " * 200_000
+    response = post(node, document)
+    assert response.status_code == 413
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"not gzip at all", 422),
+        (gzip.compress(b"{not json"), 422),
+        (gzip.compress(b'{"schema": 2}'), 422),
+    ],
+)
+def test_malformed_bodies_are_4xx_and_store_nothing(node, post, body, status):
+    response = post(node, doc_for(node), body=body)
+    assert response.status_code == status
+    assert not IngestBatch.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"util_gpu": {"min": 1, "avg": 50, "max": 100.5}}, "windows[0].util_gpu.max"),
+        ({"ecc_corrected": -1}, "windows[0].ecc_corrected"),
+        ({"samples_ok": -3}, "windows[0].samples_ok"),
+        ({"temp_c": {"min": 1, "avg": 1e400, "max": 2}}, "windows[0].temp_c.avg"),
+        ({"state": "exploded"}, "windows[0].state"),
+        ({"window_start": "2026-11-21T11:58:30Z"}, "windows[0].window_start"),
+        ({"window_start": "2026-11-21T11:58:00"}, "windows[0].window_start"),
+    ],
+)
+def test_out_of_range_values_are_422_naming_field_and_window(node, post, overrides, field):
+    response = post(node, doc_for(node, **overrides))
+    assert response.status_code == 422
+    answer = response.json()
+    assert answer["error"] == "invalid_batch"
+    assert answer["field"] == field
+    assert answer["window"]["index"] == 0
+    assert answer["window"]["gpu_uuid"] == node.gpus[0].nvml_uuid
+    assert not IngestBatch.objects.exists()
+
+
+def test_nan_is_refused(node, post):
+    document = doc_for(node)
+    body = gzip.compress(json.dumps(document).replace('"avg": 50.0', '"avg": NaN', 1).encode())
+    response = post(node, document, body=body)
+    assert response.status_code == 422
+    assert "not valid JSON" in response.json()["detail"]
+    assert not IngestBatch.objects.exists()
+
+
+def test_batch_id_must_match_the_idempotency_key(node, post):
+    document = doc_for(node)
+    response = post(node, document, headers={"Idempotency-Key": str(uuid7())})
+    assert response.status_code == 401  # the key is part of what is signed
+
+
+def test_gzip_is_required(node, post):
+    response = post(node, doc_for(node), headers={"Content-Encoding": "identity"})
+    assert response.status_code == 415

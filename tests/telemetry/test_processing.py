@@ -1,0 +1,340 @@
+"""The worker: claims, validation with recorded rejections, COPY, events, transitions, rollups."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+
+from telemetry.models import (
+    GpuStateTransition,
+    HourlyRollup,
+    IngestBatch,
+    RejectedRecord,
+    TelemetryEvent,
+    TelemetryWindow,
+)
+from telemetry.services.derived import rollups_rebuild
+from telemetry.services.processing import batches_claim, batches_process
+from telemetry.testing import batch_document, event, window
+from tests.telemetry.conftest import NOW
+
+pytestmark = pytest.mark.usefixtures("now")
+T0 = dt.datetime(2026, 11, 21, 9, 0, tzinfo=dt.UTC)
+MINUTE = dt.timedelta(minutes=1)
+
+
+def at(minutes: int) -> dt.datetime:
+    return T0 + minutes * MINUTE
+
+
+def send(post, node, windows, events=None):
+    response = post(node, batch_document(node=node, windows=windows, events=events))
+    assert response.status_code == 202, response.json()
+    return response
+
+
+def process():
+    return batches_process(worker="test-worker")
+
+
+def transitions(gpu):
+    return [
+        (t.state, t.at, t.reason) for t in GpuStateTransition.objects.filter(gpu=gpu).order_by("at")
+    ]
+
+
+def test_valid_windows_are_stored_and_bad_ones_recorded_with_reasons(node, post):
+    g0, g1 = (g.nvml_uuid for g in node.gpus)
+    send(
+        post,
+        node,
+        [
+            window(g0, at(0)),
+            window("GPU-not-here", at(0)),
+            window(g1, NOW.replace(second=0) + dt.timedelta(minutes=6)),
+            window(g1, at(0), samples_ok=13),
+            window(g1, at(1), util_gpu={"min": 70, "avg": 50, "max": 90}),
+            window(g1, at(2), mem_used_bytes={"min": 1, "avg": 2, "max": 100 << 30}),
+        ],
+    )
+    result = process()
+    assert (result.processed, result.windows, result.rejected) == (1, 1, 5)
+    assert list(TelemetryWindow.objects.values_list("gpu_id", "window_start")) == [
+        (node.gpus[0].id, at(0))
+    ]
+    rejected = list(
+        RejectedRecord.objects.order_by("index").values_list("index", "reason", "gpu_uuid")
+    )
+    assert rejected == [
+        (1, "not_placed", "GPU-not-here"),
+        (2, "future", g1),
+        (3, "impossible_value", g1),
+        (4, "impossible_value", g1),
+        (5, "impossible_value", g1),
+    ]
+    assert "samples_ok 13 > samples_expected 12" in RejectedRecord.objects.get(index=3).detail
+    batch = IngestBatch.objects.get()
+    assert (batch.status, batch.accepted_windows, batch.rejected_count) == ("processed", 1, 5)
+
+
+def test_a_window_before_the_gpu_was_placed_is_rejected(db, post):
+    from telemetry.testing import fleet_node
+
+    node = fleet_node(gpus=1, placed_from=at(10))
+    send(
+        post, node, [window(node.gpus[0].nvml_uuid, at(9)), window(node.gpus[0].nvml_uuid, at(10))]
+    )
+    process()
+    assert TelemetryWindow.objects.count() == 1
+    assert RejectedRecord.objects.get().reason == "not_placed"
+
+
+def test_windows_and_events_are_idempotent_across_batches(node, post):
+    g0 = node.gpus[0].nvml_uuid
+    xid = event("xid", at(0) + dt.timedelta(seconds=7), gpu_uuid=g0, xid=79)
+    send(post, node, [window(g0, at(0)), window(g0, at(1))], [xid])
+    process()
+    # The agent re-sends the same window and event in a new batch (after a dead-letter, say).
+    send(post, node, [window(g0, at(1)), window(g0, at(2))], [xid])
+    result = process()
+    assert result.windows == 2
+    assert TelemetryWindow.objects.count() == 3
+    assert TelemetryEvent.objects.count() == 1
+    assert HourlyRollup.objects.get().xid_events == 1
+
+
+def test_an_unknown_event_kind_is_rejected_alone(node, post):
+    g0 = node.gpus[0].nvml_uuid
+    send(
+        post,
+        node,
+        [window(g0, at(0))],
+        [event("gpu_exploded", at(0)), event("nvml_available", at(0), detail={"after_s": 3})],
+    )
+    result = process()
+    assert (result.windows, result.rejected) == (1, 1)
+    assert list(TelemetryEvent.objects.values_list("kind", flat=True)) == ["nvml_available"]
+    assert RejectedRecord.objects.get().reason == "unknown_kind"
+
+
+def test_the_body_the_agent_sends_is_accepted(node, post):
+    """The agent (docs/agent.md) sends sealed_at instead of sent_at, no node_id, a gpus list
+    and a few extra window fields: all accepted."""
+    document = batch_document(node=node, windows=[window(node.gpus[0].nvml_uuid, at(0),
+                              remapped_rows_failure=False, retired_pages_pending=False,
+                              power_w={"min": 1.0, "avg": 2.0, "max": 3.0})])  # fmt: skip
+    del document["sent_at"], document["node_id"]
+    document["sealed_at"] = "2026-11-21T11:59:59.123Z"
+    document["agent"]["hostname"] = "gpu-1"
+    document["gpus"] = [{"gpu_uuid": node.gpus[0].nvml_uuid, "serial": "1650", "name": "H100"}]
+    response = post(node, document)
+    assert response.status_code == 202, response.json()
+    assert process().windows == 1
+
+
+def test_state_changes_are_dated_when_the_telemetry_says(node, post):
+    g0 = node.gpus[0]
+    send(
+        post,
+        node,
+        [
+            window(g0.nvml_uuid, at(0)),
+            window(g0.nvml_uuid, at(1), state="down", state_reason="gpu_lost"),
+            window(g0.nvml_uuid, at(2), state="down", state_reason="gpu_lost"),
+            window(g0.nvml_uuid, at(3)),
+            # minutes 4-6 missing: no data from the end of minute 3
+            window(g0.nvml_uuid, at(7), state="degraded", state_reason="row_remap_pending"),
+        ],
+    )
+    process()
+    assert transitions(g0) == [
+        ("up", at(0), ""),
+        ("down", at(1), "gpu_lost"),
+        ("up", at(3), ""),
+        ("no_data", at(4), "no telemetry"),
+        ("degraded", at(7), "row_remap_pending"),
+    ]
+
+
+def test_late_windows_that_fill_a_gap_rewrite_its_transitions(node, post):
+    g0 = node.gpus[0]
+    send(post, node, [window(g0.nvml_uuid, at(m)) for m in (0, 1, 4, 5)])
+    process()
+    assert transitions(g0) == [
+        ("up", at(0), ""),
+        ("no_data", at(2), "no telemetry"),
+        ("up", at(4), ""),
+    ]
+    send(post, node, [window(g0.nvml_uuid, at(2)), window(g0.nvml_uuid, at(3), state="down")])
+    process()
+    assert transitions(g0) == [("up", at(0), ""), ("down", at(3), ""), ("up", at(4), "")]
+
+
+def test_energy_deltas_handle_counter_resets(node, post):
+    g0 = node.gpus[0]
+    mj = 3_600_000  # 0.001 kWh
+    counters = [
+        100 * mj,
+        101 * mj,
+        103 * mj,
+        2 * mj,
+        4 * mj,
+    ]  # reset (driver reload) before the 4th
+    send(post, node, [window(g0.nvml_uuid, at(m), energy_mj=c) for m, c in enumerate(counters)])
+    process()
+    rollup = HourlyRollup.objects.get(gpu=g0)
+    # 1 + 2 + (2 since the reset) + 2 = 7 thousandths of a kWh; the first window has no base.
+    assert rollup.energy_kwh == Decimal("0.007000000")
+
+
+def test_energy_across_an_hour_boundary_counts_from_the_previous_hour(node, post):
+    g0 = node.gpus[0]
+    mj = 3_600_000
+    send(post, node, [window(g0.nvml_uuid, at(59), energy_mj=10 * mj)])
+    process()
+    send(post, node, [window(g0.nvml_uuid, at(60), energy_mj=15 * mj)])
+    process()
+    assert [r.energy_kwh for r in HourlyRollup.objects.filter(gpu=g0).order_by("hour")] == [
+        Decimal("0E-9"),
+        Decimal("0.005000000"),
+    ]
+
+
+def test_rollups_are_exact(node, post):
+    g0 = node.gpus[0]
+    send(
+        post,
+        node,
+        [
+            window(g0.nvml_uuid, at(0), util_gpu={"min": 0, "avg": 10.5, "max": 20}),
+            window(
+                g0.nvml_uuid, at(1), state="degraded", util_gpu={"min": 0, "avg": 30, "max": 40}
+            ),
+            window(
+                g0.nvml_uuid,
+                at(2),
+                state="down",
+                util_gpu=None,
+                temp_c={"min": 1, "avg": 2, "max": 90},
+            ),
+            window(g0.nvml_uuid, at(3), ecc_corrected=5, ecc_uncorrected=1),
+        ],
+        [event("xid", at(2), gpu_uuid=g0.nvml_uuid, xid=79), event("nvml_stall", at(2))],
+    )
+    process()
+    r = HourlyRollup.objects.get(gpu=g0)
+    assert (r.hour, r.windows, r.seconds_up, r.seconds_degraded, r.seconds_down) == (
+        T0,
+        4,
+        120,
+        60,
+        60,
+    )
+    assert r.util_gpu_seconds == Decimal("5430.000")  # (10.5 + 30 + 50) x 60 over up/degraded
+    assert (r.temp_max_c, r.ecc_corrected, r.ecc_uncorrected, r.xid_events) == (90.0, 5, 1, 1)
+
+
+def _rollup_rows():
+    return sorted(
+        HourlyRollup.objects.values_list(
+            "gpu_id", "hour", "windows", "seconds_up", "seconds_degraded", "seconds_down",
+            "util_gpu_seconds", "energy_kwh", "temp_max_c", "ecc_corrected", "ecc_uncorrected",
+            "xid_events",
+        )
+    )  # fmt: skip
+
+
+def test_incremental_rollups_equal_a_rebuild_after_out_of_order_delivery(node, post):
+    rng = random.Random(5)
+    windows = []
+    for g in node.gpus:
+        energy = 0
+        for m in range(240):
+            if rng.random() < 0.1:
+                continue  # gaps
+            energy = (
+                rng.randrange(0, 10**6) if rng.random() < 0.02 else energy + rng.randrange(10**7)
+            )
+            windows.append(
+                window(
+                    g.nvml_uuid,
+                    at(m),
+                    state=rng.choice(["up", "up", "up", "degraded", "down"]),
+                    energy_mj=energy,
+                    ecc_corrected=m // 7,
+                    util_gpu={"min": 0, "avg": round(rng.uniform(0, 100), 3), "max": 100},
+                )
+            )
+    rng.shuffle(windows)
+    for start in range(0, len(windows), 37):
+        send(post, node, windows[start : start + 37])
+        if rng.random() < 0.5:
+            process()
+    process()
+    incremental = _rollup_rows()
+    incremental_transitions = sorted(
+        GpuStateTransition.objects.values_list("gpu_id", "state", "at")
+    )
+    assert len(incremental) == 2 * 4
+    HourlyRollup.objects.all().delete()
+    rollups_rebuild(start=T0, end=T0 + dt.timedelta(hours=4))
+    assert _rollup_rows() == incremental
+    # Transitions too: delivered in one ordered batch, they come out the same.
+    GpuStateTransition.objects.all().delete()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE telemetry_window")
+    windows.sort(key=lambda w: (w["gpu_uuid"], w["window_start"]))
+    send(post, node, windows)
+    process()
+    assert (
+        sorted(GpuStateTransition.objects.values_list("gpu_id", "state", "at"))
+        == incremental_transitions
+    )
+
+
+def test_a_claim_is_exclusive_and_an_abandoned_one_is_taken_over(node, post, settings):
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
+    assert [c.id for c in batches_claim(worker="a", limit=10)] == [IngestBatch.objects.get().id]
+    assert batches_claim(worker="b", limit=10) == []
+    IngestBatch.objects.update(
+        claimed_at=NOW - dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S + 1)
+    )
+    assert len(batches_claim(worker="b", limit=10)) == 1
+    # Worker a wakes up: its claim is gone, so it writes nothing.
+    from telemetry.services.processing import ProcessResult, _chunk_process
+
+    result = ProcessResult()
+    _chunk_process([IngestBatch.objects.get().id], worker="a", result=result, optimistic_copy=True)
+    assert result.processed == 0
+    assert TelemetryWindow.objects.count() == 0
+    assert batches_process(worker="b").processed == 0  # b's claim is not pending any more
+    IngestBatch.objects.update(status="pending")
+    assert batches_process(worker="b").windows == 1
+
+
+def test_a_batch_that_keeps_failing_is_set_aside(node, post, settings):
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
+    IngestBatch.objects.update(
+        attempts=settings.TELEMETRY_MAX_ATTEMPTS,
+        status="claimed",
+        claimed_at=NOW - dt.timedelta(days=1),
+    )
+    assert batches_claim(worker="a", limit=10) == []
+    batch = IngestBatch.objects.get()
+    assert batch.status == "failed"
+    assert "gave up" in batch.error
+
+
+def test_node_status_tracks_last_seen_and_clock_skew(node, post):
+    from telemetry.models import NodeStatus
+
+    post(node, batch_document(node=node, windows=[window(node.gpus[0].nvml_uuid, at(0))]),
+         timestamp=int(NOW.timestamp()) + 4)  # fmt: skip
+    process()
+    status = NodeStatus.objects.get(node=node.node)
+    assert (status.last_seen_at, status.clock_skew_s, status.last_window_end) == (NOW, 4.0, at(1))
+    assert status.agent_version == "0.1.0-test"

@@ -1,0 +1,69 @@
+"""The whole path on real processes: HTTP endpoint → PostgreSQL → Redis → Celery worker."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from telemetry.models import IngestBatch, TelemetryWindow
+from telemetry.tasks import batches_sweep
+from telemetry.testing import BATCHES_PATH, batch_document, fleet_node, minute, signed_batch, window
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_committed_batch_is_processed_by_a_real_worker(celery_worker):
+    node = fleet_node(gpus=2)
+    start = minute(timezone.now()) - dt.timedelta(minutes=3)
+    client = Client()
+    for offset in range(3):
+        document = batch_document(
+            node=node,
+            windows=[window(g.nvml_uuid, start + dt.timedelta(minutes=offset)) for g in node.gpus],
+        )
+        body, headers = signed_batch(node, document)
+        response = client.post(
+            BATCHES_PATH, data=body, content_type=headers.pop("Content-Type"), headers=headers
+        )
+        assert response.status_code == 202
+    assert wait_for(lambda: not IngestBatch.objects.exclude(status="processed").exists())
+    assert TelemetryWindow.objects.count() == 6
+
+
+def test_the_sweep_requeues_batches_whose_task_redis_lost(celery_worker, settings):
+    node = fleet_node(gpus=1)
+    IngestBatch.objects.create(
+        node=node.node,
+        batch_id=batch_document(node=node, windows=[])["batch_id"],
+        body_sha256="0" * 64,
+        body=signed_batch(
+            node,
+            batch_document(
+                node=node,
+                windows=[
+                    window(node.gpus[0].nvml_uuid, minute(timezone.now()) - dt.timedelta(hours=2))
+                ],
+            ),
+        )[0],
+        signed_at=timezone.now(),
+        received_at=timezone.now() - dt.timedelta(hours=1),
+        window_count=1,
+        answer={},
+    )  # stored, but its task never queued
+    settings.TELEMETRY_SWEEP_AFTER_S = 60
+    assert batches_sweep() == 1
+    assert wait_for(lambda: IngestBatch.objects.get().status == "processed")
+    assert TelemetryWindow.objects.count() == 1
