@@ -10,7 +10,7 @@ from django.urls import reverse
 from telemetry.models import BootstrapToken
 from telemetry.services.processing import batches_process
 from telemetry.testing import batch_document, window
-from tests.conftest import PASSWORD
+from tests.accounts.two_factor import console_login
 from tests.telemetry.conftest import NOW
 
 pytestmark = pytest.mark.usefixtures("now")
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.usefixtures("now")
 
 @pytest.fixture
 def console(client, oscar):
-    client.login(email=oscar.email, password=PASSWORD)
-    return client
+    """oscar in the operator console, logged in the real way: password and a TOTP code."""
+    return console_login(client, oscar)
 
 
 def test_ingest_health_shows_queue_nodes_and_rejections(console, node, post):
