@@ -10,12 +10,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import os
 import signal
 import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from config.embedded import BASE_DIR, engines
@@ -70,13 +72,45 @@ def totp_now(secret: str, at: float | None = None) -> str:
     return f"{(int.from_bytes(mac[offset : offset + 4]) & 0x7FFFFFFF) % 10**6:06d}"
 
 
-def _banner(port: int) -> str:
+def _agent_commands(port: int, agents_dir: Path) -> list[tuple[str, list[str]]]:
+    """One `steward-agent --fake` per simulated node, from the manifest the seed wrote."""
+    agent = Path(sys.executable).with_name("steward-agent")
+    if not agent.exists():
+        raise SystemExit(f"{agent} is missing: run `make install` (it installs steward-agent).")
+    manifest = json.loads((agents_dir / "agents.json").read_text(encoding="utf-8"))
+    commands = []
+    for entry in manifest:
+        command = [
+            str(agent), "--fake", entry["scenario"], "--server", f"http://127.0.0.1:{port}",
+            "--key-file", entry["key_file"], "--spool", entry["spool"], "--log-level", "WARNING",
+        ]  # fmt: skip
+        if entry["bootstrap_token"]:
+            command += ["--bootstrap-token", entry["bootstrap_token"]]
+        commands.append((f"agent {entry['hostname']}", command))
+    return commands
+
+
+def _wait_until_serving(port: int, children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(child.poll() is not None for _, child in children):
+            return  # the main loop reports which one died
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+
+
+def _banner(port: int, agents: int) -> str:
     logins = "\n".join(f"    {role:<30} {email}" for role, email in DEMO_LOGINS)
     return (
         f"\n  Steward demo is running.\n\n"
         f"    owner portal       http://127.0.0.1:{port}/\n"
         f"    operator console   http://127.0.0.1:{port}/admin/\n"
-        f"    health             http://127.0.0.1:{port}/readyz\n\n"
+        f"    health             http://127.0.0.1:{port}/readyz\n"
+        f"    ingest health      http://127.0.0.1:{port}/admin/telemetry/nodestatus/ingest-health/\n\n"
+        f"  {agents} simulated GPU nodes (steward-agent --fake) send telemetry every minute.\n\n"
         f"  Logins (password for all: {DEMO_PASSWORD}):\n{logins}\n\n"
         f"  The operator console asks oscar for a second factor. Authenticator secret:\n"
         f"    {DEMO_TOTP_SECRET}\n"
@@ -117,13 +151,18 @@ def main() -> int:
         env = {**os.environ, **added, "DJANGO_SETTINGS_MODULE": "config.settings.dev"}
         env.setdefault("STEWARD_DEMO_PASSWORD", DEMO_PASSWORD)
         _manage("migrate", "--noinput", env=env)
-        _manage("seed_demo", env=env)
+        agents_dir = var_dir / "demo-agents"
+        _manage("seed_demo", "--agents-dir", str(agents_dir), env=env)
         children: list[tuple[str, subprocess.Popen[bytes]]] = []
         try:
             for name, command in _processes(port, var_dir):
                 # Own process group: Ctrl-C reaches only us, and we stop children in order.
                 children.append((name, subprocess.Popen(command, env=env, start_new_session=True)))
-            print(_banner(port), flush=True)
+            _wait_until_serving(port, children)
+            agents = _agent_commands(port, agents_dir)
+            for name, command in agents:
+                children.append((name, subprocess.Popen(command, env=env, start_new_session=True)))
+            print(_banner(port, len(agents)), flush=True)
             while not stopping:
                 exited = [
                     (name, child.returncode) for name, child in children if child.poll() is not None

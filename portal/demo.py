@@ -9,8 +9,10 @@ data here (telemetry, statements).
 
 from __future__ import annotations
 
+import json
 from base64 import b32encode
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.db import transaction
 from django.utils import timezone
@@ -21,6 +23,9 @@ from accounts import services as accounts
 from accounts.models import Membership, Owner, Partner, User
 from fleet.models import Cluster, Gpu, GpuModel, IncidentCause, Node, Site
 from fleet.services import access, importing, lifecycle, operations, ownership
+from portal.demo_nodes import DEMO_NODES
+from telemetry.models import NodeCredential
+from telemetry.services.enrolment import bootstrap_token_issue
 
 # oscar's authenticator key in the demo (20 bytes, hex): add it to an app, or print the code.
 DEMO_TOTP_KEY_HEX = b"steward-demo-totp-20".hex()
@@ -120,17 +125,15 @@ def _fleet(*, operator: User, alice: Owner, bob: Owner) -> int:
     GpuModel.objects.get_or_create(name=H100, defaults={"memory_mib": 81559, "tdp_w": 700})
     GpuModel.objects.get_or_create(name=H200, defaults={"memory_mib": 143771, "tdp_w": 700})
     lines = ["serial,nvml_uuid,model,node,slot,received_at"]
-    for code, model in (("a", H100), ("b", H200)):
-        cluster = Cluster.objects.create(site=site, code=code, name=f"Cluster {code.upper()}")
-        for n in range(1, 5):
-            node = Node.objects.create(cluster=cluster, hostname=f"fra1-{code}-n{n:02d}")
-            for slot in range(8):
-                number = f"{ord(code) - ord('a')}{n:02d}{slot:02d}"
-                lines.append(
-                    f"DEMO-{code.upper()}{n:02d}{slot:02d},"
-                    f"GPU-5e7a0000-0000-4000-8000-00000{number},"
-                    f"{model},{node.hostname},{slot},{start.isoformat()}"
-                )
+    clusters = {
+        code: Cluster.objects.create(site=site, code=code, name=f"Cluster {code.upper()}")
+        for code in sorted({node.cluster for node in DEMO_NODES})
+    }
+    for spec in DEMO_NODES:
+        node = Node.objects.create(cluster=clusters[spec.cluster], hostname=spec.hostname)
+        # The identities the node's simulated agent will report (see portal/demo_nodes.py).
+        for slot, nvml_uuid, serial, model in spec.scenario().identities():
+            lines.append(f"{serial},{nvml_uuid},{model},{node.hostname},{slot},{start.isoformat()}")
     gpus = importing.gpu_import_commit(
         text="\n".join(lines) + "\n", by=operator, reason="Demo: first delivery."
     )
@@ -141,8 +144,22 @@ def _fleet(*, operator: User, alice: Owner, bob: Owner) -> int:
         gpus=gpus, state="in_service", at=start + timedelta(days=4), by=operator, reason="Passed."
     )
     sold = start + timedelta(days=4)
-    cluster_a = [g for g in gpus if g.serial.startswith("DEMO-A")]
-    cluster_b = [g for g in gpus if g.serial.startswith("DEMO-B")]
+    in_cluster = {
+        code: {spec.hostname for spec in DEMO_NODES if spec.cluster == code} for code in clusters
+    }
+    # Where each GPU sits, to pick them by node and slot: (hostname, slot).
+    placed = {
+        pk: (hostname, slot)
+        for pk, hostname, slot in Gpu.objects.filter(placements__valid_to__isnull=True).values_list(
+            "pk", "placements__node__hostname", "placements__slot"
+        )
+    }
+    cluster_a = sorted(
+        (g for g in gpus if placed[g.pk][0] in in_cluster["a"]), key=lambda g: placed[g.pk]
+    )
+    cluster_b = sorted(
+        (g for g in gpus if placed[g.pk][0] in in_cluster["b"]), key=lambda g: placed[g.pk]
+    )
     ownership.ownership_sell(
         gpus=cluster_a[:16],
         owner=alice,
@@ -187,3 +204,41 @@ def _fleet(*, operator: User, alice: Owner, bob: Owner) -> int:
         by=operator,
     )
     return len(gpus)
+
+
+def demo_agents_prepare(*, agents_dir: Path, by: User | None = None) -> list[dict[str, str | None]]:
+    """Writes each simulated node's scenario and a manifest for `config.demo` to start agents.
+
+    A node whose agent has no key file yet gets a fresh one-time bootstrap token; an agent that
+    enrolled on an earlier run keeps its key and needs none.
+    """
+    agents_dir.mkdir(parents=True, exist_ok=True)
+    nodes = {
+        node.hostname: node
+        for node in Node.objects.filter(hostname__in=[spec.hostname for spec in DEMO_NODES])
+    }
+    enrolled = set(
+        NodeCredential.objects.filter(node__in=nodes.values(), revoked_at__isnull=True).values_list(
+            "node__hostname", flat=True
+        )
+    )
+    manifest: list[dict[str, str | None]] = []
+    for spec in DEMO_NODES:
+        scenario = agents_dir / f"{spec.hostname}.toml"
+        scenario.write_text(spec.scenario_toml(), encoding="utf-8")
+        key_file = agents_dir / f"{spec.hostname}.key"
+        token = None
+        if not (key_file.exists() and spec.hostname in enrolled):
+            key_file.unlink(missing_ok=True)
+            token = bootstrap_token_issue(node=nodes[spec.hostname], by=by)
+        manifest.append(
+            {
+                "hostname": spec.hostname,
+                "scenario": str(scenario),
+                "key_file": str(key_file),
+                "spool": str(agents_dir / f"{spec.hostname}.spool"),
+                "bootstrap_token": token,
+            }
+        )
+    (agents_dir / "agents.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return manifest

@@ -60,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_duration, help="stop after this much agent time (1h)")
     p.add_argument("--once", action="store_true", help="sample one window, deliver, exit")
     p.add_argument("--interval", type=float, default=5.0, help="sampling interval, seconds")
-    p.add_argument("--hostname", default=socket.gethostname())
+    p.add_argument(
+        "--hostname",
+        help="the name to enrol as (default: the scenario's with --fake, else this machine's)",
+    )
     p.add_argument("--enrol-only", action="store_true", help="enrol, write the key file, exit")
     p.add_argument("--force", action="store_true", help="with --enrol-only: replace a key file")
     p.add_argument("--ca-file", help="CA bundle for an HTTPS server")
@@ -99,6 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.server is None:
         log.error("--server is required")
         return 2
+    scenario = None
+    if args.fake:
+        from .fake import load_scenario
+
+        scenario = load_scenario(args.fake)
+    if args.hostname is None:
+        # A simulated node is the host its scenario describes, not the machine running it.
+        args.hostname = scenario.hostname if scenario is not None else socket.gethostname()
     transport = HttpTransport(args.server, ca_file=args.ca_file)
     key_file = KeyFile(args.key_file)
     if args.enrol_only:
@@ -107,11 +118,6 @@ def main(argv: list[str] | None = None) -> int:
         log.error("no key file at %s and no --bootstrap-token to enrol with", args.key_file)
         return 2
 
-    scenario = None
-    if args.fake:
-        from .fake import load_scenario
-
-        scenario = load_scenario(args.fake)
     clock = _agent_clock(args, scenario)
     if scenario is not None:
         scenario.start = clock.now()  # fault offsets count from the simulated node's start

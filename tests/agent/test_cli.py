@@ -99,3 +99,17 @@ def test_real_pynvml_without_a_driver_reports_nvml_unavailable(tmp_path, live_st
     (event,) = live_steward.events()
     assert event["kind"] == "nvml_unavailable" and event["gpu_uuid"] is None
     assert event["detail"]["error"] in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded")
+
+
+def test_a_fake_node_enrols_as_its_scenario_s_host(tmp_path, live_steward):
+    result = run_agent(
+        "--fake", "h100x8-gpu-lost",
+        "--server", live_steward.url,
+        "--bootstrap-token", "boot-token-1",
+        "--key-file", str(tmp_path / "node.key"),
+        "--spool", str(tmp_path / "spool.db"),
+        "--enrol-only",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (enrol,) = [r for r in live_steward.received if r.path == "/api/v1/agents/enrol"]
+    assert b'"hostname": "gpu-node-02"' in enrol.body  # the scenario's [node] hostname
