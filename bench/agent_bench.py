@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
@@ -190,11 +191,12 @@ def bench_replay(batches: int, tmp: Path) -> dict[str, float]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Runs with defaults under `python -m bench`; `python -m bench.agent_bench --cycles N`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=1500)
     parser.add_argument("--batches", type=int, default=1000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv if argv is not None else [])
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         s = bench_sampling(args.cycles, tmp)
@@ -216,4 +218,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
