@@ -18,7 +18,7 @@ def test_each_scenario_reports_the_gpus_placed_on_its_node(tmp_path):
     manifest = demo_agents_prepare(agents_dir=tmp_path)
     assert len(manifest) == 8
     for entry in manifest:
-        scenario = load_scenario(entry["scenario"])  # what `steward-agent --fake` reads
+        scenario = load_scenario(str(entry["scenario"]))  # what `steward-agent --fake` reads
         assert scenario.hostname == entry["hostname"]
         placed = sorted(
             Placement.objects.filter(
@@ -40,7 +40,9 @@ def test_tokens_only_for_nodes_whose_agent_has_no_key(tmp_path):
     assert all(entry["bootstrap_token"] for entry in again)
     assert not (tmp_path / "fra1-a-n01.key").exists()
     # An agent that enrolled and kept its key needs no token on the next start.
-    node_enrol(bootstrap_token=again[1]["bootstrap_token"], hostname="fra1-a-n02", gpus=[])
+    token = again[1]["bootstrap_token"]
+    assert token is not None
+    node_enrol(bootstrap_token=token, hostname="fra1-a-n02", gpus=[])
     (tmp_path / "fra1-a-n02.key").write_text("{}")
     third = {e["hostname"]: e["bootstrap_token"] for e in demo_agents_prepare(agents_dir=tmp_path)}
     assert third["fra1-a-n02"] is None
