@@ -142,10 +142,13 @@ def windows(
 def write_rows(rows: list[tuple[Any, ...]]) -> None:
     days = {r[1].date() for r in rows}
     window_partitions_ensure(days=days)
-    with connection.cursor() as cursor, cursor.cursor.copy(
-        "COPY telemetry_window (gpu_id, window_start, node_id, batch_id, samples_ok, "
-        "samples_expected, state, util_gpu_avg, energy_mj) FROM STDIN"
-    ) as copy:
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(
+            "COPY telemetry_window (gpu_id, window_start, node_id, batch_id, samples_ok, "
+            "samples_expected, state, util_gpu_avg, energy_mj) FROM STDIN"
+        ) as copy,
+    ):
         for row in rows:
             copy.write_row(row)
 
