@@ -45,7 +45,7 @@ class Figures:
     def of(cls, weighted: Iterable[tuple[Measure, Fraction]]) -> Figures:
         sums = [Fraction(0)] * 7
         for m, w in weighted:
-            values = (
+            values: tuple[int | Decimal, ...] = (
                 m.in_service_s,
                 m.maintenance_s,
                 m.down_s,

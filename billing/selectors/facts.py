@@ -69,7 +69,11 @@ def _interval(a: datetime, b: datetime | None) -> Interval:
 
 
 def gpu_facts(
-    *, gpu_ids: Sequence[uuid.UUID], start: datetime, end: datetime, cluster_id: object = None
+    *,
+    gpu_ids: Sequence[uuid.UUID],
+    start: datetime,
+    end: datetime,
+    cluster_id: uuid.UUID | None = None,
 ) -> list[GpuFacts]:
     """Facts for the given GPUs over ``[start, end)``; with ``cluster_id``, in-service time
     only counts while the GPU was placed in that cluster."""
@@ -153,8 +157,8 @@ def gpu_facts(
         .order_by("gpu_id", "valid_from")
         .values_list("gpu_id", "owner_id", "share_bps", "valid_from", "valid_to")
     )
-    for gpu_id, rows in itertools.groupby(ownership_rows, key=lambda r: r[0]):
-        facts[gpu_id].ownership = _slices(list(rows), window)
+    for gpu_id, owned in itertools.groupby(ownership_rows, key=lambda r: r[0]):
+        facts[gpu_id].ownership = _slices(list(owned), window)
 
     rentals = (
         RentalGpu.objects.filter(
@@ -202,7 +206,7 @@ def _slices(
     return slices
 
 
-def cluster_gpu_ids(*, cluster_id: object, start: datetime, end: datetime) -> list[uuid.UUID]:
+def cluster_gpu_ids(*, cluster_id: uuid.UUID, start: datetime, end: datetime) -> list[uuid.UUID]:
     """GPUs placed in the cluster at any time in ``[start, end)``."""
     return list(
         Placement.objects.filter(node__cluster_id=cluster_id, valid_from__lt=end)
@@ -213,7 +217,7 @@ def cluster_gpu_ids(*, cluster_id: object, start: datetime, end: datetime) -> li
 
 
 def rate_terms(
-    *, cluster_id: object, currency: str, start: datetime, end: datetime
+    *, cluster_id: uuid.UUID, currency: str, start: datetime, end: datetime
 ) -> list[RateTerms]:
     cards = (
         RateCard.objects.filter(cluster_id=cluster_id, currency=currency, effective_from__lt=end)

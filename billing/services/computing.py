@@ -46,7 +46,7 @@ class Draft:
     sha256: str = ""
 
 
-def _clusters_in(period: Period) -> list[Any]:
+def _clusters_in(period: Period) -> list[uuid.UUID]:
     from django.db.models import Q
 
     return list(
@@ -58,7 +58,9 @@ def _clusters_in(period: Period) -> list[Any]:
     )
 
 
-def _cluster_lines(period: Period, cluster_id: Any, drafts: dict[StatementKey, Draft]) -> None:
+def _cluster_lines(
+    period: Period, cluster_id: uuid.UUID, drafts: dict[StatementKey, Draft]
+) -> None:
     window = Interval(period.start, period.end)
     ids = cluster_gpu_ids(cluster_id=cluster_id, start=period.start, end=period.end)
     if not ids:
@@ -87,13 +89,13 @@ def _cluster_lines(period: Period, cluster_id: Any, drafts: dict[StatementKey, D
         for currency in sorted(revenue_currencies):
             strangers = sorted(o for o in fact.owner_ids() if currency_of[o] != currency)
             if strangers:
-                owner = Owner.objects.get(pk=strangers[0])
+                stranger = Owner.objects.get(pk=strangers[0])
                 raise ValidationError(
                     {
                         "currency": f"GPU {fact.serial} in cluster {cluster} earned {currency} "
-                        f"revenue in {period}, but its co-owner {owner} is billed in "
-                        f"{owner.billing_currency}; Steward converts no currencies — enter "
-                        f"that revenue in {owner.billing_currency}."
+                        f"revenue in {period}, but its co-owner {stranger} is billed in "
+                        f"{stranger.billing_currency}; Steward converts no currencies — enter "
+                        f"that revenue in {stranger.billing_currency}."
                     }
                 )
 

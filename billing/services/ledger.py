@@ -64,7 +64,8 @@ def payout_record(
     if amount > available:
         raise ValidationError(
             {
-                "amount": f"{amount} {currency} exceeds the balance available, {available} {currency}."
+                "amount": f"{amount} {currency} exceeds the balance available, "
+                f"{available} {currency}."
             }
         )
     try:

@@ -72,22 +72,18 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
         for s in Statement.objects.filter(period=period, status=Statement.Status.PUBLISHED)
     }
     old_lines: dict[LineKey, tuple[Statement, StatementLine, Decimal]] = {}
-    for statement in published.values():
-        for line in statement.lines.filter(kind=StatementLine.Kind.GPU).order_by("position"):
-            doc = {
-                "gpu_id": str(line.gpu_id),
-                "starts_at": _iso(line.starts_at),
-                "ends_at": _iso(line.ends_at),
+    for issued in published.values():
+        for row in issued.lines.filter(kind=StatementLine.Kind.GPU).order_by("position"):
+            where = {
+                "gpu_id": str(row.gpu_id),
+                "starts_at": _iso(row.starts_at),
+                "ends_at": _iso(row.ends_at),
             }
-            old_lines[_key(str(statement.owner_id), statement.currency, doc)] = (
-                statement,
-                line,
-                line.net,
-            )
+            old_lines[_key(str(issued.owner_id), issued.currency, where)] = (issued, row, row.net)
     new_lines: dict[LineKey, tuple[dict[str, Any], Decimal]] = {}
     for (owner, currency), draft in now.items():
-        for doc in draft.content["lines"]:
-            new_lines[_key(owner, currency, doc)] = (doc, Decimal(doc["net"]))
+        for computed in draft.content["lines"]:
+            new_lines[_key(owner, currency, computed)] = (computed, Decimal(computed["net"]))
 
     already: dict[Any, Decimal] = defaultdict(lambda: Decimal("0.00"))
     counts: dict[str, int] = defaultdict(int)
@@ -95,17 +91,22 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
         source=Adjustment.Source.RECONCILIATION,
         idempotency_key__startswith=f"reconcile:{period.pk}:",
     )
-    for row in prior.values("idempotency_key", "amount"):
-        stem = row["idempotency_key"].rsplit(":", 1)[0]
-        already[stem] += row["amount"]
+    for recorded, amount in prior.values_list("idempotency_key", "amount"):
+        stem = (recorded or "").rsplit(":", 1)[0]
+        already[stem] += amount
         counts[stem] += 1
 
     into = _next_open_period(period)
     plans: list[dict[str, Any]] = []
     for key in sorted(set(old_lines) | set(new_lines)):
         owner, currency, gpu_id, starts_at, ends_at = key
-        statement, line, old_net = old_lines.get(key, (None, None, Decimal("0.00")))
-        doc, new_net = new_lines.get(key, (None, Decimal("0.00")))
+        old = old_lines.get(key)
+        statement: Statement | None = old[0] if old else None
+        line: StatementLine | None = old[1] if old else None
+        old_net = old[2] if old else Decimal("0.00")
+        new = new_lines.get(key)
+        doc: dict[str, Any] = new[0] if new else {}
+        new_net = new[1] if new else Decimal("0.00")
         if statement is None:
             statement = published.get((owner, currency))
         stem = (
@@ -116,7 +117,7 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
         difference = new_net - old_net - already[stem]
         if difference == 0:
             continue
-        serial = (doc or {}).get("serial") or (line.description if line else gpu_id)
+        serial = doc.get("serial") or (line.description if line else gpu_id)
         plans.append(
             {
                 "owner_id": owner,

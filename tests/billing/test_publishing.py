@@ -196,7 +196,7 @@ def test_negative_net_carries_forward_and_payouts_reduce_the_balance(world, osca
         reference="P-1",
         by=oscar,
     )
-    with pytest.raises(ValidationError, match="exceeds the balance available, 0.00 EUR"):
+    with pytest.raises(ValidationError, match=r"exceeds the balance available, 0\.00 EUR"):
         payout_record(
             owner=world["bob"],
             currency="EUR",
