@@ -56,7 +56,8 @@ SELECT gen_random_uuid(), (SELECT id FROM fleet_site), 'c' || c, 'C' || c
   FROM generate_series(0, %(clusters)s - 1) c;
 INSERT INTO fleet_gpumodel (name, memory_mib, tdp_w) VALUES ('NVIDIA H100 80GB HBM3', 81559, 700);
 CREATE TEMP TABLE bench_gpu AS
-SELECT g, gen_random_uuid() AS id, (SELECT id FROM fleet_cluster WHERE code = 'c' || (g %% %(clusters)s)) AS cluster_id
+SELECT g, gen_random_uuid() AS id,
+       (SELECT id FROM fleet_cluster WHERE code = 'c' || (g %% %(clusters)s)) AS cluster_id
   FROM generate_series(0, %(gpus)s - 1) g;
 INSERT INTO fleet_node (id, cluster_id, hostname, gpu_slots, created_at)
 SELECT DISTINCT ON (g / 8) gen_random_uuid(), cluster_id, 'n' || (g / 8), 8, now()

@@ -261,7 +261,17 @@ class StatementAdmin(admin.ModelAdmin[Statement]):
 class RateCardForm(ServiceForm):
     class Meta:
         model = RateCard
-        exclude = ("created_by",)
+        fields = (
+            "cluster",
+            "currency",
+            "effective_from",
+            "effective_to",
+            "hosting_fee_per_gpu_month",
+            "price_per_kwh",
+            "pue",
+            "management_fee_pct",
+            "waive_hosting_in_operator_incidents",
+        )
 
     def create(self, data: dict[str, Any], by: User) -> Any:
         return revenue.rate_card_create(by=by, **data)
@@ -323,7 +333,7 @@ class RentalAdmin(AddOnlyAdmin[Rental]):
 class PoolForm(ServiceForm):
     class Meta:
         model = PoolRevenue
-        exclude = ("created_by",)
+        fields = ("cluster", "period", "amount", "currency", "description")
 
     def create(self, data: dict[str, Any], by: User) -> Any:
         return revenue.pool_add(by=by, **data)
@@ -338,7 +348,7 @@ class PoolRevenueAdmin(AddOnlyAdmin[PoolRevenue]):
 class PayoutForm(ServiceForm):
     class Meta:
         model = Payout
-        exclude = ("created_by",)
+        fields = ("owner", "currency", "amount", "paid_on", "reference")
 
     def create(self, data: dict[str, Any], by: User) -> Any:
         return ledger.payout_record(by=by, **data)
