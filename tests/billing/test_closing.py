@@ -151,3 +151,59 @@ def test_closing_with_unprocessed_telemetry_is_refused_and_changes_nothing(trans
     assert Period.objects.get(pk=w["period"].pk).status == Period.Status.OPEN
     assert not Statement.objects.exists()
     assert not StatementLine.objects.exists()
+
+
+def test_maintenance_overlapping_an_operator_incident_at_the_data_level(oscar, disclosure):
+    from fleet.models import Incident, IncidentCause, MaintenanceWindow
+
+    f = s.fleet()
+    gpu = s.gpu(f, "SN-1", slot=0)
+    alice = s.owner("Alice Compute Ltd")
+    s.own(gpu, alice, 10_000, s.EPOCH)
+    s.card(f, oscar, waive_hosting_in_operator_incidents=True)
+    day = dt.datetime(2026, 3, 5, tzinfo=UTC)
+    incident = (day + dt.timedelta(hours=11), day + dt.timedelta(hours=14))
+
+    def down_in_incident(t, v):
+        if incident[0] <= t < incident[1]:
+            v.update(state="down", util=0.0)
+        return v
+
+    s.windows(
+        gpu, MARCH[0] - dt.timedelta(minutes=1), MARCH[1], node=f.node, change=down_in_incident
+    )
+    s.rebuild(*MARCH)
+    MaintenanceWindow.objects.create(
+        node=f.node,
+        title="BIOS",
+        announced_at=day,
+        starts_at=day + dt.timedelta(hours=10),
+        ends_at=day + dt.timedelta(hours=12),
+    )
+    Incident.objects.create(
+        gpu=gpu,
+        title="XID 79",
+        cause=IncidentCause.HARDWARE,
+        started_at=incident[0],
+        ended_at=incident[1],
+    )
+    rental_create(
+        cluster=f.cluster,
+        gpus=[gpu],
+        starts_at=MARCH[0],
+        ends_at=MARCH[1],
+        rate_per_gpu_hour=D("1.00"),
+        currency="EUR",
+        customer_reference="R-1",
+        by=oscar,
+    )
+    period_close(period=period_for_month(year=2026, month=3), by=oscar)
+    (line,) = Statement.objects.get(owner=alice).lines.all()
+    # Maintenance wins 10–12 (2 h); down is the rest of the incident, 12–14 (2 h).
+    assert (line.maintenance_s, line.down_s, line.no_data_s) == (7200, 7200, 0)
+    assert line.up_s == 2_678_400 - 4 * 3600
+    # Availability = 2,664,000 / (2,678,400 − 7,200) = 0.997304…
+    assert line.availability == D("0.997305")
+    # The rental earns on up seconds only: 740 h × 1.00; hosting waived for the incident's
+    # 3 h (the maintenance overlap included): 100 × 2,667,600 / 2,678,400 = 99.5967… → 99.60.
+    assert (line.gross, line.hosting_fee) == (D("740.00"), D("99.60"))

@@ -43,7 +43,9 @@ def test_signed_batches_processed_by_the_worker_end_up_on_the_statement(oscar, d
             ]
             body, headers = signed_batch(node, batch_document(node=node, windows=docs))
             content_type = headers.pop("Content-Type")
-            response = client.post(BATCHES_PATH, data=body, content_type=content_type, headers=headers)
+            response = client.post(
+                BATCHES_PATH, data=body, content_type=content_type, headers=headers
+            )
             assert response.status_code == 202, response.content
         batches_process(worker="test-worker")
     assert HourlyRollup.objects.filter(gpu=gpu).count() == 2

@@ -82,9 +82,11 @@ def test_statement_totals_are_the_sums_of_their_lines(gpus, pool, adjustments, p
         rates=[TERMS],
     )
     # The pool is handed out to the cent over owners and the operator.
-    assert sum((line.gross for line in result.lines), Decimal(0)) + sum(
-        (r.operator_part for r in result.revenue), Decimal(0)
-    ) == Decimal(pool) / 100
+    assert (
+        sum((line.gross for line in result.lines), Decimal(0))
+        + sum((r.operator_part for r in result.revenue), Decimal(0))
+        == Decimal(pool) / 100
+    )
     for owner in ("a", "b", "c"):
         lines = [line_document(line, "g") for line in result.lines if line.owner == owner]
         frozen = {
@@ -159,9 +161,17 @@ def _draft(period):
 
 
 @pytest.mark.django_db
-@given(clicks=st.lists(st.tuples(st.sampled_from(["request", "approve"]), st.integers(0, 2)), max_size=8))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_publishing_however_operators_click_publishes_at_most_once(clicks, operators, closing_period):
+@given(
+    clicks=st.lists(
+        st.tuples(st.sampled_from(["request", "approve"]), st.integers(0, 2)), max_size=8
+    )
+)
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_publishing_however_operators_click_publishes_at_most_once(
+    clicks, operators, closing_period
+):
     statement = _draft(closing_period)
     published = 0
     for action, who in clicks:
