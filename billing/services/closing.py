@@ -112,6 +112,7 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
                 .filter(period=period, owner_id__in=[k[0] for k in keys[i : i + WRITE_CHUNK]])
                 .order_by("pk")
             }
+            lines: list[StatementLine] = []
             for key in keys[i : i + WRITE_CHUNK]:
                 statement = existing.get(key)
                 if statement is not None and statement.status == Statement.Status.PUBLISHED:
@@ -119,8 +120,9 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
                 elif statement is not None and statement.content_sha256 == drafts[key].sha256:
                     unchanged += 1
                 else:
-                    _write(period, drafts[key], statement)
+                    lines += _write(period, drafts[key], statement)
                     written += 1
+            StatementLine.objects.bulk_create(lines, batch_size=2000)
     removed = 0
     with transaction.atomic():
         stale = (
@@ -136,7 +138,8 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
     return CloseRun(written, unchanged, removed, skipped)
 
 
-def _write(period: Period, draft: Draft, statement: Statement | None) -> None:
+def _write(period: Period, draft: Draft, statement: Statement | None) -> list[StatementLine]:
+    """Writes the statement row; returns its lines for the caller to insert in bulk."""
     content = draft.content
     values = {
         "status": Statement.Status.DRAFT,  # a changed draft needs a fresh request
@@ -199,7 +202,7 @@ def _write(period: Period, draft: Draft, statement: Statement | None) -> None:
         )
         for position, a in enumerate(content["adjustments"], start=1)
     ]
-    StatementLine.objects.bulk_create(lines)
+    return lines
 
 
 @transaction.atomic
