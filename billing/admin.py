@@ -94,7 +94,7 @@ class AddOnlyAdmin[M: Any](admin.ModelAdmin[M]):
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any
     ) -> Any:
         form = super().get_form(request, obj, change=change, **kw)
-        form.request = request
+        form.request = request  # type: ignore[attr-defined]
         return form
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:

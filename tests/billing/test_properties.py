@@ -4,6 +4,7 @@ a statement is published at most once, and never by its requester."""
 import datetime as dt
 import uuid
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -89,7 +90,7 @@ def test_statement_totals_are_the_sums_of_their_lines(gpus, pool, adjustments, p
     )
     for owner in ("a", "b", "c"):
         lines = [line_document(line, "g") for line in result.lines if line.owner == owner]
-        frozen = {
+        frozen: dict[str, Any] = {
             "owner_id": owner,
             "currency": "EUR",
             "period": ["x", "y"],
@@ -147,11 +148,11 @@ def _draft(period):
         owner=owner,
         period=period,
         currency="EUR",
-        opening_balance=0,
-        lines_total=0,
-        adjustments_total=0,
-        payouts_total=0,
-        closing_balance=0,
+        opening_balance=Decimal(0),
+        lines_total=Decimal(0),
+        adjustments_total=Decimal(0),
+        payouts_total=Decimal(0),
+        closing_balance=Decimal(0),
         frozen_inputs=frozen,
         content_sha256=sha256_hex(document_from_frozen(frozen)),
         disclosure_version="v",
