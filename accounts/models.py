@@ -190,3 +190,45 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.object_type}:{self.object_id} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class Disclosure(models.Model):
+    """A version of the risk disclosure: text stored unchanged, with its SHA-256.
+
+    Once published it is immutable (database trigger, migration 0003): a new wording is a new
+    version. The trigger also refuses a hash that is not the hash of the text.
+    """
+
+    version = models.CharField(max_length=32, unique=True)
+    text = models.TextField()
+    text_sha256 = models.CharField(max_length=64)
+    published_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering: ClassVar = ["-published_at", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"disclosure {self.version}"
+
+
+class DisclosureAcknowledgement(models.Model):
+    """A user acknowledged a disclosure version (owners must, before seeing earnings)."""
+
+    user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="acknowledgements")
+    disclosure = models.ForeignKey(
+        Disclosure, on_delete=models.PROTECT, related_name="acknowledgements"
+    )
+    at = models.DateTimeField(default=timezone.now)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.TextField(blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["user", "disclosure"], name="accounts_acknowledgement_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} acknowledged {self.disclosure_id}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,16 @@ from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from accounts.context import request_id_var
-from accounts.models import AuditEntry, Membership, Owner, Partner, PartnerMember, User
+from accounts.models import (
+    AuditEntry,
+    Disclosure,
+    DisclosureAcknowledgement,
+    Membership,
+    Owner,
+    Partner,
+    PartnerMember,
+    User,
+)
 
 
 def user_create(
@@ -241,3 +251,53 @@ def otp_device_verify(*, user: User, token: str) -> Device | None:
             if device.verify_is_allowed()[0] and device.verify_token(token):
                 return device
     return None
+
+
+STANDARD_DISCLOSURE_VERSION = "2026-01"
+STANDARD_DISCLOSURE_TEXT = (
+    "Owning GPUs does not guarantee any outcome. The earnings shown for your GPUs are not "
+    "guaranteed: they depend on utilization, uptime, demand, costs, hardware performance and "
+    "market conditions, and they can be zero. Every figure states its period, whether it is "
+    "final or preliminary, whether it is gross or net and which costs it includes. Past "
+    "results say nothing about future results, and Steward shows no projection or forecast "
+    "of earnings."
+)
+
+
+def disclosure_publish(*, version: str, text: str, at: datetime | None = None) -> Disclosure:
+    """Publishes a new disclosure version; the text is stored exactly as given."""
+    if not version.strip():
+        raise ValidationError({"version": "Give the version a label."})
+    if not text.strip():
+        raise ValidationError({"text": "A disclosure needs its text."})
+    if Disclosure.objects.filter(version=version).exists():
+        raise ValidationError(
+            {"version": f"Version {version} exists; a new wording needs a new version."}
+        )
+    return Disclosure.objects.create(
+        version=version,
+        text=text,
+        text_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        published_at=at or timezone.now(),
+    )
+
+
+@transaction.atomic
+def disclosure_standard_ensure() -> Disclosure:
+    """The first version (the standard text) if no disclosure was ever published; otherwise
+    the current one. Safe to call at every start."""
+    current = Disclosure.objects.select_for_update().filter(published_at__isnull=False).first()
+    if current is not None:
+        return current
+    return disclosure_publish(version=STANDARD_DISCLOSURE_VERSION, text=STANDARD_DISCLOSURE_TEXT)
+
+
+def disclosure_acknowledge(
+    *, user: User, disclosure: Disclosure, ip: str | None, user_agent: str
+) -> DisclosureAcknowledgement:
+    if disclosure.published_at is None:
+        raise ValidationError({"disclosure": "Only a published disclosure can be acknowledged."})
+    acknowledgement, _ = DisclosureAcknowledgement.objects.get_or_create(
+        user=user, disclosure=disclosure, defaults={"ip": ip, "user_agent": user_agent[:1000]}
+    )
+    return acknowledgement

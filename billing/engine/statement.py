@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
+from typing import Protocol
 
 from billing.engine.intervals import Interval, intersect, normalize
 from billing.engine.money import money_context, round_cents, split_largest_remainder
-from billing.engine.usage import GpuTimeline, Measure
+from billing.engine.usage import Measure
 
 FULL_BPS = 10_000
 OPERATOR = "operator"
@@ -54,10 +55,17 @@ class OwnershipSlice:
     shares: Mapping[str, int]
 
 
+class Usage(Protocol):
+    """What a GPU did over an interval: ``GpuTimeline`` (from minutes, the reference) or
+    ``CellUsage`` (pre-aggregated by the database) — they give identical measures."""
+
+    def measure(self, window: Interval) -> Measure: ...
+
+
 @dataclass
 class GpuInputs:
     key: str  # sorts GPUs for the fixed tie-break (the serial)
-    timeline: GpuTimeline
+    timeline: Usage
     ownership: Sequence[OwnershipSlice]
     rentals: Sequence[Rental] = ()
 
@@ -169,7 +177,6 @@ def _cluster_lines(
     rates: Sequence[RateTerms],
 ) -> ClusterResult:
     whole = {gpu.key: gpu.timeline.measure(period) for gpu in gpus}
-    period_s = Fraction(int((period.end - period.start).total_seconds()))
 
     # Rule 4, pool: split over GPUs by basis, largest remainder, GPUs in key order.
     pool_by_gpu = {gpu.key: Decimal("0.00") for gpu in gpus}
@@ -180,44 +187,85 @@ def _cluster_lines(
     lines: list[Line] = []
     revenue: list[GpuRevenue] = []
     for gpu in gpus:
-        runs = _owner_runs(gpu.ownership, period)
-        rental_cents = round_cents(_decimal(_rental_exact(gpu, period)))
-        gpu_total = pool_by_gpu[gpu.key] + rental_cents
-        basis_total = _basis(whole[gpu.key], pool_basis)
-
-        def exact_revenue(
-            window: Interval, gpu: GpuInputs = gpu, basis_total: Fraction = basis_total
-        ) -> Fraction:
-            pool_part = Fraction(0)
-            if basis_total:
-                measure = gpu.timeline.measure(window)
-                pool_part = (
-                    Fraction(pool_by_gpu[gpu.key]) * _basis(measure, pool_basis) / basis_total
-                )
-            return pool_part + _rental_exact(gpu, window)
-
-        # Rule 5: split the GPU's revenue over (owner runs…, operator) by the exact revenue
-        # each would get; largest remainder keeps the parts equal to the whole to the cent.
-        run_revenue = [exact_revenue(run.interval) for run in runs]
-        run_weights = [
-            rev * run.share_bps / FULL_BPS for rev, run in zip(run_revenue, runs, strict=True)
-        ]
-        operator_weight = exact_revenue(period) - sum(run_weights, Fraction(0))
-        parties: list[tuple[int | str, Decimal]] = [
-            (i, _decimal(w)) for i, w in enumerate(run_weights)
-        ]
-        parties.append((OPERATOR, _decimal(max(operator_weight, Fraction(0)))))
-        if gpu_total and any(weight for _, weight in parties):
-            gross_parts = split_largest_remainder(gpu_total, parties)
-        else:
-            gross_parts = {key: Decimal("0.00") for key, _ in parties}
-        revenue.append(
-            GpuRevenue(gpu.key, pool_by_gpu[gpu.key], rental_cents, gross_parts[OPERATOR])
+        gpu_result = _gpu_lines(
+            period, gpu, pool_by_gpu[gpu.key], pool_basis, rates, whole[gpu.key]
         )
-
-        for index, run in enumerate(runs):
-            lines.append(_line(gpu, run, gross_parts[index], rates, period_s, exact_revenue))
+        lines.extend(gpu_result.lines)
+        revenue.extend(gpu_result.revenue)
     return ClusterResult(lines=lines, revenue=revenue)
+
+
+def pool_split(
+    *, period: Interval, gpus: Sequence[GpuInputs], pool_amount: Decimal, pool_basis: PoolBasis
+) -> dict[str, Decimal]:
+    """Rule 4's pool split alone: each GPU's part of the pool, in cents."""
+    with money_context():
+        ordered = sorted(gpus, key=lambda g: g.key)
+        if not pool_amount:
+            return {gpu.key: Decimal("0.00") for gpu in ordered}
+        weights = [
+            (g.key, _decimal(_basis(g.timeline.measure(period), pool_basis))) for g in ordered
+        ]
+        return split_largest_remainder(pool_amount, weights)
+
+
+def gpu_lines(
+    *,
+    period: Interval,
+    gpu: GpuInputs,
+    pool_cents: Decimal,
+    pool_basis: PoolBasis,
+    rates: Sequence[RateTerms],
+) -> ClusterResult:
+    """One GPU's lines, given its part of the cluster's pool (``pool_split``).
+
+    ``cluster_lines`` is this for every GPU after the split; a statement's frozen inputs
+    hold each GPU's pool part, so one owner's lines can be recomputed without the cluster.
+    """
+    with money_context():
+        return _gpu_lines(period, gpu, pool_cents, pool_basis, rates, gpu.timeline.measure(period))
+
+
+def _gpu_lines(
+    period: Interval,
+    gpu: GpuInputs,
+    pool_cents: Decimal,
+    pool_basis: PoolBasis,
+    rates: Sequence[RateTerms],
+    whole: Measure,
+) -> ClusterResult:
+    period_s = Fraction(int((period.end - period.start).total_seconds()))
+    runs = _owner_runs(gpu.ownership, period)
+    rental_cents = round_cents(_decimal(_rental_exact(gpu, period)))
+    gpu_total = pool_cents + rental_cents
+    basis_total = _basis(whole, pool_basis)
+
+    def exact_revenue(window: Interval) -> Fraction:
+        pool_part = Fraction(0)
+        if basis_total:
+            measure = gpu.timeline.measure(window)
+            pool_part = Fraction(pool_cents) * _basis(measure, pool_basis) / basis_total
+        return pool_part + _rental_exact(gpu, window)
+
+    # Rule 5: split the GPU's revenue over (owner runs…, operator) by the exact revenue
+    # each would get; largest remainder keeps the parts equal to the whole to the cent.
+    run_revenue = [exact_revenue(run.interval) for run in runs]
+    run_weights = [
+        rev * run.share_bps / FULL_BPS for rev, run in zip(run_revenue, runs, strict=True)
+    ]
+    operator_weight = exact_revenue(period) - sum(run_weights, Fraction(0))
+    parties: list[tuple[int | str, Decimal]] = [(i, _decimal(w)) for i, w in enumerate(run_weights)]
+    parties.append((OPERATOR, _decimal(max(operator_weight, Fraction(0)))))
+    if gpu_total and any(weight for _, weight in parties):
+        gross_parts = split_largest_remainder(gpu_total, parties)
+    else:
+        gross_parts = {key: Decimal("0.00") for key, _ in parties}
+    revenue = GpuRevenue(gpu.key, pool_cents, rental_cents, gross_parts[OPERATOR])
+    lines = [
+        _line(gpu, run, gross_parts[index], rates, period_s, exact_revenue)
+        for index, run in enumerate(runs)
+    ]
+    return ClusterResult(lines=lines, revenue=[revenue])
 
 
 def _line(

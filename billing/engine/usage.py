@@ -5,6 +5,12 @@ each), in-service intervals, maintenance windows and incidents that cover it. ``
 answers for any sub-interval — an ownership slice, a rental, a rate-card piece — so time can
 be cut at any second, including inside a minute (a window's seconds and energy are then
 prorated).
+
+Busy seconds and energy are reckoned **per GPU-hour** at the precision the hourly rollups
+store (Σ utilization % × seconds to 0.001, energy to 0.000000001 kWh, halves away from zero
+as PostgreSQL rounds): the part of each UTC hour that a window covers is summed exactly,
+then rounded once. That makes a measure over whole, clean hours computed from the rollups
+identical, digit for digit, to one computed from the windows.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 from fractions import Fraction
 
 from billing.engine.intervals import (
@@ -26,7 +32,28 @@ from billing.engine.intervals import (
 )
 
 WINDOW = timedelta(minutes=1)
+MJ_PER_KWH = 3_600_000_000
 UP_STATES = frozenset({"up", "degraded"})
+BUSY_QUANTUM = Decimal("0.001")  # utilization % x seconds, as HourlyRollup.util_gpu_seconds
+ENERGY_QUANTUM = Decimal("0.000000001")  # kWh, as HourlyRollup.energy_kwh
+
+
+def hour_of(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+def round_hour_figure(value: Fraction | Decimal, quantum: Decimal) -> Decimal:
+    """One hour's exact sum rounded to ``quantum``, halves away from zero (SQL ``round``)."""
+    exact = value if isinstance(value, Decimal) else exact_decimal(value)
+    return exact.quantize(quantum, rounding=ROUND_HALF_UP)
+
+
+def exact_decimal(value: Fraction) -> Decimal:
+    # Enough digits that rounding to 9 places decides exactly like the rational would
+    # (a tie has a short, exact expansion; anything else sits far from one).
+    with localcontext() as context:
+        context.prec = 60
+        return Decimal(value.numerator) / Decimal(value.denominator)
 
 
 @dataclass(frozen=True)
@@ -37,6 +64,14 @@ class TelemetryMinute:
     state: str  # up | degraded | down
     util_avg: Decimal | None  # 0–100; None when the GPU could not report it
     energy_kwh: Decimal  # counter delta attributed to this minute (resets already handled)
+    # The same delta in millijoules when it came from the counter: exact, where kWh repeats.
+    energy_mj: int | None = None
+
+    @property
+    def energy_exact_kwh(self) -> Fraction:
+        if self.energy_mj is not None:
+            return Fraction(self.energy_mj, MJ_PER_KWH)
+        return Fraction(self.energy_kwh)
 
     @property
     def interval(self) -> Interval:
@@ -110,20 +145,27 @@ class GpuTimeline:
         touching = self._minutes_touching(window)
         up_seconds = _overlaps([m.interval for m in touching], parts.up)
         service_seconds = _overlaps([m.interval for m in touching], parts.in_service)
-        busy = Decimal(0)
-        energy = Decimal(0)
+        busy_by_hour: dict[datetime, Decimal] = {}
+        energy_by_hour: dict[datetime, Fraction] = {}
         for minute, up_here, counted in zip(touching, up_seconds, service_seconds, strict=True):
+            hour = hour_of(minute.start)
             if minute.util_avg is not None and up_here:
-                busy += minute.util_avg / 100 * up_here
+                busy_by_hour[hour] = busy_by_hour.get(hour, Decimal(0)) + minute.util_avg * up_here
             if counted:
-                energy += minute.energy_kwh * counted / 60
+                energy_by_hour[hour] = (
+                    energy_by_hour.get(hour, Fraction(0)) + minute.energy_exact_kwh * counted / 60
+                )
+        busy = sum((round_hour_figure(v, BUSY_QUANTUM) for v in busy_by_hour.values()), Decimal(0))
+        energy = sum(
+            (round_hour_figure(v, ENERGY_QUANTUM) for v in energy_by_hour.values()), Decimal(0)
+        )
         return Measure(
             in_service_s=parts.in_service_seconds,
             maintenance_s=total_seconds(parts.maintenance),
             down_s=total_seconds(parts.down),
             up_s=total_seconds(parts.up),
             no_data_s=total_seconds(parts.no_data),
-            busy_s=busy,
+            busy_s=busy / 100,
             energy_kwh=energy,
             operator_incident_s=total_seconds(intersect(parts.in_service, self.operator_incidents)),
         )

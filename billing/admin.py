@@ -1,0 +1,388 @@
+"""The operator console for billing. Every change goes through ``billing.services``: periods
+are closed and reconciled by actions, statements published by a request and a second
+operator's approval, and money rows are entered through forms that call the services.
+Nothing published, and no ledger row, is ever edited or deleted here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from accounts.models import User
+from billing.models import (
+    Adjustment,
+    Payout,
+    Period,
+    PoolRevenue,
+    RateCard,
+    Rental,
+    Statement,
+    StatementLine,
+)
+from billing.services import closing, ledger, periods, publishing, reconciliation, revenue
+from fleet.models import Gpu
+
+
+def _user(request: HttpRequest) -> User:
+    user = request.user
+    assert isinstance(user, User)
+    return user
+
+
+def _report(admin_: admin.ModelAdmin[Any], request: HttpRequest, done: int, error: Any) -> None:
+    if error is not None:
+        text = (
+            "; ".join(m for ms in error.message_dict.values() for m in ms)
+            if hasattr(error, "error_dict")
+            else "; ".join(error.messages)
+        )
+        admin_.message_user(request, text, messages.ERROR)
+    if done:
+        admin_.message_user(request, f"{done} done.", messages.SUCCESS)
+
+
+def _each(admin_: admin.ModelAdmin[Any], request: HttpRequest, objects: Any, run: Any) -> None:
+    done = 0
+    for obj in objects:
+        try:
+            run(obj)
+        except ValidationError as error:
+            _report(admin_, request, done, error)
+            return
+        done += 1
+    _report(admin_, request, done, None)
+
+
+class ServiceForm(forms.ModelForm):  # type: ignore[type-arg]
+    """An add form whose ``clean`` calls the service; its ValidationError lands on the form."""
+
+    request: HttpRequest
+    created: Any = None
+
+    def create(self, data: dict[str, Any], by: User) -> Any:
+        raise NotImplementedError
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            self.created = self.create(data, _user(self.request))
+        except ValidationError as error:
+            if hasattr(error, "error_dict"):
+                for field, errors in error.message_dict.items():
+                    target = field if field in self.fields else None
+                    for message in errors:
+                        self.add_error(target, message)
+            else:
+                self.add_error(None, error)
+        return data
+
+
+class AddOnlyAdmin[M: Any](admin.ModelAdmin[M]):
+    """Rows entered through a service form; never changed or deleted afterwards."""
+
+    show_full_result_count = False
+    list_per_page = 100
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kw)
+        form.request = request  # type: ignore[attr-defined]
+        return form
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        created = form.created
+        obj.pk = created.pk
+        obj.__dict__.update(created.__dict__)
+        obj._state.adding = False
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        return None  # the service wrote everything
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class PeriodForm(forms.ModelForm):  # type: ignore[type-arg]
+    year = forms.IntegerField(min_value=2000, max_value=2999)
+    month = forms.IntegerField(min_value=1, max_value=12)
+
+    class Meta:
+        model = Period
+        fields: list[str] = []
+
+
+@admin.register(Period)
+class PeriodAdmin(admin.ModelAdmin[Period]):
+    form = PeriodForm
+    list_display = ("__str__", "start", "end", "status", "closing_started_at", "closed_at")
+    list_filter = ("status",)
+    actions = ("close", "recompute", "finish", "reconcile")
+
+    def save_model(self, request: HttpRequest, obj: Period, form: Any, change: bool) -> None:
+        made = periods.period_for_month(
+            year=form.cleaned_data["year"], month=form.cleaned_data["month"]
+        )
+        obj.pk, obj.start, obj.end, obj.status = made.pk, made.start, made.end, made.status
+        obj._state.adding = False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Close: compute the draft statements", permissions=["view"])
+    def close(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
+        _each(
+            self,
+            request,
+            queryset.order_by("start"),
+            lambda p: closing.period_close(period=p, by=_user(request)),
+        )
+
+    @admin.action(description="Recompute the drafts of closing periods", permissions=["view"])
+    def recompute(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
+        _each(
+            self, request, queryset.order_by("start"), lambda p: closing.period_close_run(period=p)
+        )
+
+    @admin.action(description="Finish closing (all statements published)", permissions=["view"])
+    def finish(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
+        _each(
+            self,
+            request,
+            queryset.order_by("start"),
+            lambda p: closing.period_close_finish(period=p, by=_user(request)),
+        )
+
+    @admin.action(description="Reconcile (differences → adjustments)", permissions=["view"])
+    def reconcile(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
+        _each(
+            self,
+            request,
+            queryset.order_by("start"),
+            lambda p: reconciliation.period_reconcile(period=p, by=_user(request)),
+        )
+
+
+class StatementLineInline(admin.TabularInline[StatementLine, Statement]):
+    model = StatementLine
+    extra = 0
+    can_delete = False
+    fields = (
+        "position",
+        "kind",
+        "gpu",
+        "description",
+        "starts_at",
+        "ends_at",
+        "share_bps",
+        "up_s",
+        "down_s",
+        "maintenance_s",
+        "no_data_s",
+        "availability",
+        "utilization",
+        "energy_kwh",
+        "gross",
+        "hosting_fee",
+        "power_cost",
+        "management_fee",
+        "net",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Statement)
+class StatementAdmin(admin.ModelAdmin[Statement]):
+    list_display = (
+        "owner",
+        "period",
+        "currency",
+        "status",
+        "lines_total",
+        "closing_balance",
+        "requested_by",
+        "approved_by",
+    )
+    list_filter = ("status", "period", "currency")
+    list_select_related = ("owner", "period", "requested_by", "approved_by")
+    search_fields = ("owner__legal_name",)
+    show_full_result_count = False
+    inlines = (StatementLineInline,)
+    exclude = ("frozen_inputs",)
+    actions = ("request_publish", "approve_publish")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [f.name for f in Statement._meta.fields if f.name != "frozen_inputs"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Request publishing", permissions=["view"])
+    def request_publish(self, request: HttpRequest, queryset: QuerySet[Statement]) -> None:
+        _each(
+            self,
+            request,
+            queryset.order_by("pk"),
+            lambda s: publishing.statement_publish_request(statement=s, by=_user(request)),
+        )
+
+    @admin.action(description="Approve publishing (a second operator)", permissions=["view"])
+    def approve_publish(self, request: HttpRequest, queryset: QuerySet[Statement]) -> None:
+        _each(
+            self,
+            request,
+            queryset.order_by("pk"),
+            lambda s: publishing.statement_publish_approve(statement=s, by=_user(request)),
+        )
+
+
+class RateCardForm(ServiceForm):
+    class Meta:
+        model = RateCard
+        fields = (
+            "cluster",
+            "currency",
+            "effective_from",
+            "effective_to",
+            "hosting_fee_per_gpu_month",
+            "price_per_kwh",
+            "pue",
+            "management_fee_pct",
+            "waive_hosting_in_operator_incidents",
+        )
+
+    def create(self, data: dict[str, Any], by: User) -> Any:
+        return revenue.rate_card_create(by=by, **data)
+
+
+@admin.register(RateCard)
+class RateCardAdmin(AddOnlyAdmin[RateCard]):
+    form = RateCardForm
+    list_display = (
+        "cluster",
+        "currency",
+        "effective_from",
+        "effective_to",
+        "hosting_fee_per_gpu_month",
+        "price_per_kwh",
+        "pue",
+        "management_fee_pct",
+    )
+    list_filter = ("currency",)
+
+
+class RentalForm(ServiceForm):
+    gpu_serials = forms.CharField(help_text="GPU serials, separated by commas or spaces.")
+
+    class Meta:
+        model = Rental
+        fields = (
+            "cluster",
+            "starts_at",
+            "ends_at",
+            "rate_per_gpu_hour",
+            "currency",
+            "customer_reference",
+        )
+
+    def create(self, data: dict[str, Any], by: User) -> Any:
+        serials = [s for s in data.pop("gpu_serials").replace(",", " ").split() if s]
+        gpus = list(Gpu.objects.filter(serial__in=serials))
+        missing = sorted(set(serials) - {g.serial for g in gpus})
+        if missing:
+            raise ValidationError({"gpu_serials": f"unknown serials: {', '.join(missing)}."})
+        return revenue.rental_create(gpus=gpus, by=by, **data)
+
+
+@admin.register(Rental)
+class RentalAdmin(AddOnlyAdmin[Rental]):
+    form = RentalForm
+    list_display = (
+        "pk",
+        "cluster",
+        "starts_at",
+        "ends_at",
+        "rate_per_gpu_hour",
+        "currency",
+        "customer_reference",
+    )
+
+
+class PoolForm(ServiceForm):
+    class Meta:
+        model = PoolRevenue
+        fields = ("cluster", "period", "amount", "currency", "description")
+
+    def create(self, data: dict[str, Any], by: User) -> Any:
+        return revenue.pool_add(by=by, **data)
+
+
+@admin.register(PoolRevenue)
+class PoolRevenueAdmin(AddOnlyAdmin[PoolRevenue]):
+    form = PoolForm
+    list_display = ("cluster", "period", "amount", "currency", "description")
+
+
+class PayoutForm(ServiceForm):
+    class Meta:
+        model = Payout
+        fields = ("owner", "currency", "amount", "paid_on", "reference")
+
+    def create(self, data: dict[str, Any], by: User) -> Any:
+        return ledger.payout_record(by=by, **data)
+
+
+@admin.register(Payout)
+class PayoutAdmin(AddOnlyAdmin[Payout]):
+    form = PayoutForm
+    list_display = ("owner", "currency", "amount", "paid_on", "reference")
+    list_select_related = ("owner",)
+    raw_id_fields = ("owner",)
+
+
+class AdjustmentForm(ServiceForm):
+    class Meta:
+        model = Adjustment
+        fields = ("owner", "period", "currency", "amount", "reason")
+
+    def create(self, data: dict[str, Any], by: User) -> Any:
+        return ledger.adjustment_add(by=by, **data)
+
+
+@admin.register(Adjustment)
+class AdjustmentAdmin(AddOnlyAdmin[Adjustment]):
+    form = AdjustmentForm
+    list_display = (
+        "owner",
+        "period",
+        "currency",
+        "amount",
+        "source",
+        "corrects_statement",
+        "created_at",
+    )
+    list_filter = ("source", "currency")
+    list_select_related = ("owner", "period")
+    raw_id_fields = ("owner",)

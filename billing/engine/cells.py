@@ -1,0 +1,186 @@
+"""A GPU's usage as a few pre-aggregated cells: the fast source behind closing a period.
+
+The period is cut at every instant where something that matters changes — in-service,
+maintenance, incidents, ownership, rentals, rate cards — so inside a cell all of those are
+constant and the time state of each second only depends on the telemetry window there.
+The database aggregates the telemetry per cell (hourly rollups for the whole hours inside
+it, windows for the partial hours at its ends); ``CellUsage.measure`` then answers for any
+interval made of whole cells with exactly the figures ``GpuTimeline.measure`` gives from the
+raw minutes (same per-hour rounding of busy seconds and energy, see ``usage``).
+
+Cells are plain data, serialisable to JSON: a published statement freezes them, and
+recomputing from them reproduces the statement.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from billing.engine.intervals import Interval
+from billing.engine.usage import (
+    BUSY_QUANTUM,
+    ENERGY_QUANTUM,
+    MJ_PER_KWH,
+    Measure,
+    round_hour_figure,
+)
+
+
+@dataclass(frozen=True)
+class PartialHour:
+    """The part of one UTC hour inside a cell, summed exactly (rounded only per hour)."""
+
+    hour: datetime
+    busy_pct_s: Decimal  # Σ utilization % x up seconds
+    energy_mj_s: int  # Σ counter delta (mJ) x seconds of the window counted
+
+
+@dataclass(frozen=True)
+class Cell:
+    interval: Interval
+    in_service: bool
+    maintenance: bool
+    incident: bool
+    operator_incident: bool
+    # What the telemetry says inside the cell, whatever the flags (the flags decide below).
+    telemetry_up_s: int = 0  # up or degraded
+    telemetry_down_s: int = 0
+    whole_busy_pct_s: Decimal = Decimal(0)  # Σ over whole hours, each rounded
+    whole_energy_kwh: Decimal = Decimal(0)  # Σ over whole hours, each rounded
+    partial: tuple[PartialHour, ...] = ()
+
+    @property
+    def seconds(self) -> int:
+        return self.interval.seconds
+
+    @property
+    def counts_telemetry(self) -> bool:
+        """Up/down come from telemetry only where no maintenance or incident claims time."""
+        return self.in_service and not self.maintenance and not self.incident
+
+    def to_json(self) -> list[Any]:
+        return [
+            _iso(self.interval.start),
+            _iso(self.interval.end),
+            int(self.in_service),
+            int(self.maintenance),
+            int(self.incident),
+            int(self.operator_incident),
+            self.telemetry_up_s,
+            self.telemetry_down_s,
+            str(self.whole_busy_pct_s),
+            str(self.whole_energy_kwh),
+            [[_iso(p.hour), str(p.busy_pct_s), p.energy_mj_s] for p in self.partial],
+        ]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> Cell:
+        return cls(
+            interval=Interval(_parse(data[0]), _parse(data[1])),
+            in_service=bool(data[2]),
+            maintenance=bool(data[3]),
+            incident=bool(data[4]),
+            operator_incident=bool(data[5]),
+            telemetry_up_s=int(data[6]),
+            telemetry_down_s=int(data[7]),
+            whole_busy_pct_s=Decimal(data[8]),
+            whole_energy_kwh=Decimal(data[9]),
+            partial=tuple(PartialHour(_parse(h), Decimal(b), int(e)) for h, b, e in data[10]),
+        )
+
+
+@dataclass
+class CellUsage:
+    """``measure(interval)`` over consecutive cells; the interval must start and end on
+    cell boundaries (the loader cuts cells wherever a caller will ask)."""
+
+    cells: Sequence[Cell]
+    _starts: list[datetime] = field(init=False, repr=False)
+    _measured: dict[Interval, Measure] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.cells = sorted(self.cells, key=lambda c: c.interval.start)
+        self._starts = [c.interval.start for c in self.cells]
+
+    @property
+    def span(self) -> Interval:
+        return Interval(self.cells[0].interval.start, self.cells[-1].interval.end)
+
+    def measure(self, window: Interval) -> Measure:
+        if window not in self._measured:
+            self._measured[window] = self._measure(window)
+        return self._measured[window]
+
+    def _measure(self, window: Interval) -> Measure:
+        first = bisect.bisect_left(self._starts, window.start)
+        chosen: list[Cell] = []
+        for cell in self.cells[first:]:
+            if cell.interval.start >= window.end:
+                break
+            chosen.append(cell)
+        if (
+            not chosen
+            or chosen[0].interval.start != window.start
+            or chosen[-1].interval.end != window.end
+        ):
+            raise ValueError(f"{window} does not start and end on cell boundaries")
+        in_service = maintenance = down = up = operator = 0
+        busy_whole = Decimal(0)
+        energy_whole = Decimal(0)
+        busy_partial: dict[datetime, Decimal] = {}
+        energy_partial: dict[datetime, int] = {}
+        for cell in chosen:
+            if not cell.in_service:
+                continue
+            in_service += cell.seconds
+            if cell.operator_incident:
+                operator += cell.seconds
+            energy_whole += cell.whole_energy_kwh
+            for piece in cell.partial:
+                energy_partial[piece.hour] = energy_partial.get(piece.hour, 0) + piece.energy_mj_s
+            if cell.maintenance:
+                maintenance += cell.seconds
+            elif cell.incident:
+                down += cell.seconds
+            else:
+                up += cell.telemetry_up_s
+                down += cell.telemetry_down_s
+                busy_whole += cell.whole_busy_pct_s
+                for piece in cell.partial:
+                    busy_partial[piece.hour] = (
+                        busy_partial.get(piece.hour, Decimal(0)) + piece.busy_pct_s
+                    )
+        busy = busy_whole + sum(
+            (round_hour_figure(v, BUSY_QUANTUM) for v in busy_partial.values()), Decimal(0)
+        )
+        energy = energy_whole + sum(
+            (
+                round_hour_figure(Fraction(v, 60 * MJ_PER_KWH), ENERGY_QUANTUM)
+                for v in energy_partial.values()
+            ),
+            Decimal(0),
+        )
+        return Measure(
+            in_service_s=in_service,
+            maintenance_s=maintenance,
+            down_s=down,
+            up_s=up,
+            no_data_s=in_service - maintenance - down - up,
+            busy_s=busy / 100,
+            energy_kwh=energy,
+            operator_incident_s=operator,
+        )
+
+
+def _iso(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text)

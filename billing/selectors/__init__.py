@@ -1,0 +1,1 @@
+"""Reads of the billing domain: availability and usage from the database, engine inputs."""

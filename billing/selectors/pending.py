@@ -1,0 +1,63 @@
+"""Is telemetry for a time range still on its way? Closing and publishing refuse while it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count
+
+from telemetry.models import IngestBatch
+from telemetry.models.ingest import BatchStatus
+
+
+@dataclass(frozen=True)
+class PendingTelemetry:
+    pending: int
+    claimed: int
+    failed: int
+
+    @property
+    def any(self) -> bool:
+        return bool(self.pending or self.claimed or self.failed)
+
+    def describe(self) -> str:
+        parts = [
+            f"{n} {name}"
+            for name, n in (
+                ("pending", self.pending),
+                ("claimed", self.claimed),
+                ("failed", self.failed),
+            )
+            if n
+        ]
+        return ", ".join(parts)
+
+
+def telemetry_pending(*, start: datetime, end: datetime) -> PendingTelemetry:
+    """Unprocessed ingest batches that may hold windows or events in ``[start, end)``.
+
+    A batch's windows start at most ``TELEMETRY_MAX_FUTURE_S`` after it was received, so a
+    batch received earlier than that before ``start`` cannot reach into the range; one
+    received after ``end`` can (late delivery from an agent's spool). Processing a batch
+    writes its windows, transitions and rollups in one transaction, so a batch that is no
+    longer pending, claimed or failed has left no derived work behind. ``end`` is accepted
+    for a narrower check once batches record the range of their windows.
+    """
+    del end
+    since = start - timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
+    counts = dict(
+        IngestBatch.objects.filter(
+            status__in=[BatchStatus.PENDING, BatchStatus.CLAIMED, BatchStatus.FAILED],
+            received_at__gte=since,
+        )
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return PendingTelemetry(
+        pending=counts.get(BatchStatus.PENDING, 0),
+        claimed=counts.get(BatchStatus.CLAIMED, 0),
+        failed=counts.get(BatchStatus.FAILED, 0),
+    )

@@ -1,0 +1,234 @@
+"""Usage sources read from the database: cells aggregated in SQL, and the reference timeline.
+
+``cells_load`` cuts each GPU's range into cells (see ``billing.engine.cells``) and lets
+PostgreSQL aggregate them in two set-wise queries: hourly rollups for the whole hours inside a
+cell, windows for the partial hours at its ends. ``timeline_load`` reads the raw minutes into
+``GpuTimeline``, the reference implementation; both give identical measures (tested).
+
+A window's energy is its counter's increase over the GPU's previous window within two days
+of the start of its hour, or its own value when the counter went backwards (a reset) —
+exactly as ``telemetry.services.derived`` computes rollups.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django.db import connection, transaction
+
+from billing.engine.cells import Cell, CellUsage, PartialHour
+from billing.engine.intervals import Interval
+from billing.engine.usage import (
+    BUSY_QUANTUM,
+    ENERGY_QUANTUM,
+    MJ_PER_KWH,
+    GpuTimeline,
+    TelemetryMinute,
+    hour_of,
+    round_hour_figure,
+)
+from billing.selectors.facts import GpuFacts
+
+HOUR = timedelta(hours=1)
+
+_DELTA = """
+LEFT JOIN LATERAL (
+    SELECT p.energy_mj FROM telemetry_window p
+     WHERE p.gpu_id = w.gpu_id AND p.window_start < w.window_start
+       AND p.window_start >= date_trunc('hour', w.window_start, 'UTC') - interval '2 days'
+     ORDER BY p.window_start DESC LIMIT 1) AS prev ON true
+CROSS JOIN LATERAL (SELECT CASE
+    WHEN w.energy_mj IS NULL OR prev.energy_mj IS NULL THEN 0
+    WHEN w.energy_mj >= prev.energy_mj THEN w.energy_mj - prev.energy_mj
+    ELSE w.energy_mj END AS delta_mj) AS d
+"""
+
+_WINDOW_PIECES = f"""
+SELECT r.idx, date_trunc('hour', w.window_start, 'UTC') AS hour,
+       coalesce(sum(o.s) FILTER (WHERE w.state IN ('up', 'degraded')), 0),
+       coalesce(sum(o.s) FILTER (WHERE w.state = 'down'), 0),
+       coalesce(sum(w.util_gpu_avg::numeric * o.s)
+                FILTER (WHERE w.state IN ('up', 'degraded')), 0),
+       coalesce(sum(d.delta_mj * o.s), 0)
+  FROM billing_usage_range r
+  JOIN telemetry_window w ON w.gpu_id = r.gpu_id
+   AND w.window_start > r.lo - interval '60 seconds' AND w.window_start < r.hi
+  {_DELTA}
+ CROSS JOIN LATERAL (SELECT extract(epoch FROM
+        least(w.window_start + interval '60 seconds', r.hi) - greatest(w.window_start, r.lo)
+    )::bigint AS s) AS o
+ GROUP BY r.idx, hour
+"""  # noqa: S608 - constants only, no input
+
+_ROLLUP_WHOLE_HOURS = """
+SELECT c.idx, sum(h.seconds_up + h.seconds_degraded), sum(h.seconds_down),
+       sum(h.util_gpu_seconds), sum(h.energy_kwh)
+  FROM billing_usage_cell c
+  JOIN telemetry_hourlyrollup h ON h.gpu_id = c.gpu_id AND h.hour >= c.h0 AND h.hour < c.h1
+ WHERE c.h0 < c.h1
+ GROUP BY c.idx
+"""
+
+_TEMP = """
+CREATE TEMP TABLE IF NOT EXISTS billing_usage_cell (
+    idx integer PRIMARY KEY, gpu_id uuid, lo timestamptz, hi timestamptz,
+    h0 timestamptz, h1 timestamptz) ON COMMIT DROP;
+CREATE TEMP TABLE IF NOT EXISTS billing_usage_range (
+    idx integer, gpu_id uuid, lo timestamptz, hi timestamptz) ON COMMIT DROP;
+TRUNCATE billing_usage_cell, billing_usage_range;
+"""
+
+
+def _ceil_hour(at: datetime) -> datetime:
+    floor = hour_of(at)
+    return floor if floor == at else floor + HOUR
+
+
+def cell_bounds(fact: GpuFacts, extra_cuts: Iterable[datetime] = ()) -> list[Interval]:
+    cuts = {fact.range.start, fact.range.end, *fact.boundaries()}
+    cuts.update(t for t in extra_cuts if fact.range.start < t < fact.range.end)
+    return [Interval(a, b) for a, b in itertools.pairwise(sorted(cuts))]
+
+
+def _covers(intervals: Sequence[Interval], at: datetime) -> bool:
+    return any(i.start <= at < i.end for i in intervals)
+
+
+def cells_load(
+    *,
+    facts: Sequence[GpuFacts],
+    extra_cuts: dict[uuid.UUID, set[datetime]] | None = None,
+    use_rollups: bool = True,
+) -> dict[uuid.UUID, CellUsage]:
+    """A ``CellUsage`` per GPU. ``use_rollups=False`` reads whole hours from the windows
+    too (the two must agree; the rollups are much cheaper)."""
+    extra_cuts = extra_cuts or {}
+    shapes: list[tuple[uuid.UUID, Interval, tuple[bool, bool, bool, bool]]] = []
+    for fact in facts:
+        for bounds in cell_bounds(fact, extra_cuts.get(fact.gpu_id, ())):
+            at = bounds.start
+            flags = (
+                _covers(fact.in_service, at),
+                _covers(fact.maintenance, at),
+                _covers(fact.incidents, at),
+                _covers(fact.operator_incidents, at),
+            )
+            shapes.append((fact.gpu_id, bounds, flags))
+
+    cell_rows: list[tuple[Any, ...]] = []
+    range_rows: list[tuple[Any, ...]] = []
+    for idx, (gpu_id, bounds, (in_service, *_)) in enumerate(shapes):
+        if not in_service:
+            continue
+        h0, h1 = _ceil_hour(bounds.start), hour_of(bounds.end)
+        if not use_rollups:
+            h0 = h1 = bounds.start  # no whole hours from rollups: windows for everything
+            range_rows.append((idx, gpu_id, bounds.start, bounds.end))
+        elif h0 > h1:  # inside one hour
+            range_rows.append((idx, gpu_id, bounds.start, bounds.end))
+        else:
+            if bounds.start < h0:
+                range_rows.append((idx, gpu_id, bounds.start, h0))
+            if h1 < bounds.end:
+                range_rows.append((idx, gpu_id, h1, bounds.end))
+        cell_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
+
+    whole: dict[int, tuple[int, int, Decimal, Decimal]] = {}
+    pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute(_TEMP)
+        raw = cursor.cursor
+        with raw.copy("COPY billing_usage_cell (idx, gpu_id, lo, hi, h0, h1) FROM STDIN") as copy:
+            for row in cell_rows:
+                copy.write_row(row)
+        with raw.copy("COPY billing_usage_range (idx, gpu_id, lo, hi) FROM STDIN") as copy:
+            for row in range_rows:
+                copy.write_row(row)
+        cursor.execute("ANALYZE billing_usage_cell; ANALYZE billing_usage_range")
+        if use_rollups and cell_rows:
+            cursor.execute(_ROLLUP_WHOLE_HOURS)
+            for idx, up, down, busy, energy in cursor.fetchall():
+                whole[idx] = (int(up), int(down), busy, energy)
+        if range_rows:
+            cursor.execute(_WINDOW_PIECES)
+            for idx, hour, up, down, busy, energy in cursor.fetchall():
+                pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
+
+    cells: dict[uuid.UUID, list[Cell]] = defaultdict(list)
+    for idx, (gpu_id, bounds, (in_service, maintenance, incident, operator)) in enumerate(shapes):
+        up, down, busy_whole, energy_whole = whole.get(idx, (0, 0, Decimal(0), Decimal(0)))
+        partial: list[PartialHour] = []
+        for hour, piece_up, piece_down, busy, energy_mj_s in sorted(pieces.get(idx, [])):
+            up += piece_up
+            down += piece_down
+            if bounds.start <= hour and hour + HOUR <= bounds.end:  # a whole hour (windows)
+                busy_whole += round_hour_figure(busy, BUSY_QUANTUM)
+                energy_whole += round_hour_figure(
+                    Fraction(energy_mj_s, 60 * MJ_PER_KWH), ENERGY_QUANTUM
+                )
+            else:
+                partial.append(PartialHour(hour, busy, energy_mj_s))
+        cells[gpu_id].append(
+            Cell(
+                interval=bounds,
+                in_service=in_service,
+                maintenance=maintenance,
+                incident=incident,
+                operator_incident=operator,
+                telemetry_up_s=up,
+                telemetry_down_s=down,
+                whole_busy_pct_s=busy_whole,
+                whole_energy_kwh=energy_whole,
+                partial=tuple(partial),
+            )
+        )
+    return {fact.gpu_id: CellUsage(cells[fact.gpu_id]) for fact in facts}
+
+
+_MINUTES = f"""
+SELECT w.gpu_id, w.window_start, w.state, w.util_gpu_avg::numeric, d.delta_mj
+  FROM telemetry_window w
+  {_DELTA}
+ WHERE w.gpu_id = ANY(%(gpus)s) AND w.window_start > %(start)s - interval '60 seconds'
+   AND w.window_start < %(end)s
+ ORDER BY w.gpu_id, w.window_start
+"""  # noqa: S608 - constants only, no input
+
+
+def timeline_load(*, facts: Sequence[GpuFacts]) -> dict[uuid.UUID, GpuTimeline]:
+    """The reference: every telemetry minute of each GPU, as ``GpuTimeline``."""
+    if not facts:
+        return {}
+    start = min(f.range.start for f in facts)
+    end = max(f.range.end for f in facts)
+    minutes: dict[uuid.UUID, list[TelemetryMinute]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(_MINUTES, {"gpus": [f.gpu_id for f in facts], "start": start, "end": end})
+        for gpu_id, window_start, state, util, delta_mj in cursor.fetchall():
+            minutes[gpu_id].append(
+                TelemetryMinute(
+                    start=window_start,
+                    state=state,
+                    util_avg=util,
+                    energy_kwh=Decimal(delta_mj) / MJ_PER_KWH,
+                    energy_mj=int(delta_mj),
+                )
+            )
+    return {
+        f.gpu_id: GpuTimeline(
+            in_service=f.in_service,
+            minutes=minutes[f.gpu_id],
+            maintenance=f.maintenance,
+            incidents=f.incidents,
+            operator_incidents=f.operator_incidents,
+        )
+        for f in facts
+    }

@@ -1,0 +1,232 @@
+"""Computing every owner's statement of a period from the database (no writes).
+
+Per cluster: load the GPUs' facts, aggregate their usage in SQL into cells (cut at every
+ownership, rental, rate-card, in-service, maintenance and incident boundary), then, per
+currency in which the cluster's owners are billed, split the pool and run the engine per
+GPU. Revenue is never converted between currencies: revenue entered in a currency that a
+holder of the GPU is not billed in is refused with the GPU and owner named.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import Sum
+
+from accounts.models import Disclosure, Owner
+from billing.engine.document import document, gpu_frozen, iso, line_document, sha256_hex
+from billing.engine.intervals import Interval
+from billing.engine.statement import GpuInputs, OwnershipSlice, PoolBasis, gpu_lines, pool_split
+from billing.models import Adjustment, ClusterBilling, Payout, Period, PoolRevenue, Statement
+from billing.selectors.facts import (
+    cluster_gpu_ids,
+    gpu_facts,
+    rate_boundaries,
+    rate_terms,
+)
+from billing.selectors.usage import cells_load
+from fleet.models import Cluster, Placement
+
+StatementKey = tuple[str, str]  # (owner id, currency)
+
+
+@dataclass
+class Draft:
+    owner_id: str
+    currency: str
+    gpu_lines: list[dict[str, Any]] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    frozen: dict[str, Any] = field(default_factory=dict)
+    content: dict[str, Any] = field(default_factory=dict)
+    sha256: str = ""
+
+
+def _clusters_in(period: Period) -> list[uuid.UUID]:
+    from django.db.models import Q
+
+    return list(
+        Placement.objects.filter(valid_from__lt=period.end)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=period.start))
+        .values_list("node__cluster_id", flat=True)
+        .distinct()
+        .order_by("node__cluster_id")
+    )
+
+
+def _cluster_lines(
+    period: Period, cluster_id: uuid.UUID, drafts: dict[StatementKey, Draft]
+) -> None:
+    window = Interval(period.start, period.end)
+    ids = cluster_gpu_ids(cluster_id=cluster_id, start=period.start, end=period.end)
+    if not ids:
+        return
+    facts = gpu_facts(gpu_ids=ids, start=period.start, end=period.end, cluster_id=cluster_id)
+    holders = {owner for f in facts for owner in f.owner_ids()}
+    currency_of = {
+        str(pk): currency
+        for pk, currency in Owner.objects.filter(pk__in=holders).values_list(
+            "pk", "billing_currency"
+        )
+    }
+    pools = dict(
+        PoolRevenue.objects.filter(cluster_id=cluster_id, period=period)
+        .values_list("currency")
+        .annotate(total=Sum("amount"))
+        .order_by()
+    )
+    settings = ClusterBilling.objects.filter(cluster_id=cluster_id).first()
+    basis = PoolBasis(settings.pool_split_basis if settings else PoolBasis.UP_SECONDS)
+    cluster = Cluster.objects.get(pk=cluster_id)
+
+    # Revenue in a currency some holder of the GPU is not billed in would be lost to them.
+    for fact in facts:
+        revenue_currencies = {c for c, _ in fact.rentals} | {c for c, a in pools.items() if a}
+        for currency in sorted(revenue_currencies):
+            strangers = sorted(o for o in fact.owner_ids() if currency_of[o] != currency)
+            if strangers:
+                stranger = Owner.objects.get(pk=strangers[0])
+                raise ValidationError(
+                    {
+                        "currency": f"GPU {fact.serial} in cluster {cluster} earned {currency} "
+                        f"revenue in {period}, but its co-owner {stranger} is billed in "
+                        f"{stranger.billing_currency}; Steward converts no currencies — enter "
+                        f"that revenue in {stranger.billing_currency}."
+                    }
+                )
+
+    currencies = sorted(set(currency_of.values()))
+    terms = {
+        c: rate_terms(cluster_id=cluster_id, currency=c, start=period.start, end=period.end)
+        for c in currencies
+    }
+    cuts = set().union(*(rate_boundaries(t, window) for t in terms.values())) if terms else set()
+    usage = cells_load(facts=facts, extra_cuts={f.gpu_id: cuts for f in facts})
+
+    for currency in currencies:
+        inputs = []
+        for fact in facts:
+            ownership = [
+                OwnershipSlice(
+                    s.interval,
+                    {o: bps for o, bps in s.shares.items() if currency_of[o] == currency},
+                )
+                for s in fact.ownership
+            ]
+            inputs.append(
+                (
+                    fact,
+                    GpuInputs(
+                        key=fact.serial,
+                        timeline=usage[fact.gpu_id],
+                        ownership=[s for s in ownership if s.shares],
+                        rentals=[r for c, r in fact.rentals if c == currency],
+                    ),
+                )
+            )
+        pool_amount = pools.get(currency) or Decimal("0.00")
+        parts = pool_split(
+            period=window, gpus=[g for _, g in inputs], pool_amount=pool_amount, pool_basis=basis
+        )
+        for fact, gpu in inputs:
+            if not gpu.ownership:
+                continue  # no owner billed in this currency: the operator's alone
+            try:
+                result = gpu_lines(
+                    period=window,
+                    gpu=gpu,
+                    pool_cents=parts[gpu.key],
+                    pool_basis=basis,
+                    rates=terms[currency],
+                )
+            except ValueError as exc:
+                raise ValidationError(
+                    {"rate_card": f"Cluster {cluster}, {currency}, GPU {fact.serial}: {exc}."}
+                ) from exc
+            frozen_gpu = gpu_frozen(
+                gpu_id=str(fact.gpu_id),
+                gpu=gpu,
+                cluster_id=str(cluster_id),
+                pool_basis=basis,
+                pool_cents=parts[gpu.key],
+                rates=terms[currency],
+            )
+            owners_here = set()
+            for line in result.lines:
+                draft = drafts.setdefault(
+                    (line.owner, currency), Draft(owner_id=line.owner, currency=currency)
+                )
+                draft.gpu_lines.append(line_document(line, str(fact.gpu_id)))
+                owners_here.add(line.owner)
+            for owner in sorted(owners_here):
+                drafts[owner, currency].gpus.append(frozen_gpu)
+
+
+def statements_compute(*, period: Period, disclosure: Disclosure) -> dict[StatementKey, Draft]:
+    """Every statement the period should have, with frozen inputs, content and hash."""
+    drafts: dict[StatementKey, Draft] = {}
+    for cluster_id in _clusters_in(period):
+        _cluster_lines(period, cluster_id, drafts)
+
+    adjustments: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
+    for adj in Adjustment.objects.filter(period=period).order_by("created_at", "id"):
+        adjustments[str(adj.owner_id), adj.currency].append(
+            {
+                "id": adj.pk,
+                "amount": str(adj.amount),
+                "reason": adj.reason,
+                "source": adj.source,
+                "corrects_statement": str(adj.corrects_statement_id)
+                if adj.corrects_statement_id
+                else None,
+                "corrects_line": adj.corrects_line_id,
+            }
+        )
+    payouts: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
+    for payout in Payout.objects.filter(
+        paid_on__gte=period.start.date(), paid_on__lt=period.end.date()
+    ).order_by("paid_on", "reference"):
+        payouts[str(payout.owner_id), payout.currency].append(
+            {
+                "reference": payout.reference,
+                "amount": str(payout.amount),
+                "paid_on": payout.paid_on.isoformat(),
+            }
+        )
+    openings: dict[StatementKey, tuple[Decimal, str]] = {}
+    latest = (
+        Statement.objects.filter(status=Statement.Status.PUBLISHED, period__start__lt=period.start)
+        .order_by("owner_id", "currency", "-period__start")
+        .distinct("owner_id", "currency")
+        .values_list("owner_id", "currency", "closing_balance", "id")
+    )
+    for owner_id, currency, balance, statement_id in latest:
+        openings[str(owner_id), currency] = (balance, str(statement_id))
+
+    keys = set(drafts) | set(adjustments) | set(payouts)
+    keys |= {k for k, (balance, _) in openings.items() if balance != 0}
+    for key in sorted(keys):
+        draft = drafts.setdefault(key, Draft(owner_id=key[0], currency=key[1]))
+        opening, opened_from = openings.get(key, (Decimal("0.00"), None))
+        draft.frozen = {
+            "owner_id": key[0],
+            "currency": key[1],
+            "period": [iso(period.start), iso(period.end)],
+            "disclosure": {"version": disclosure.version, "sha256": disclosure.text_sha256},
+            "opening_balance": str(opening),
+            "opening_from_statement": opened_from,
+            "adjustments": adjustments.get(key, []),
+            "payouts": payouts.get(key, []),
+            "gpus": draft.gpus,
+        }
+        draft.content = document(frozen=draft.frozen, lines=draft.gpu_lines)
+        draft.sha256 = sha256_hex(draft.content)
+    return drafts
+
+
+def owner_uuid(key: str) -> uuid.UUID:
+    return uuid.UUID(key)

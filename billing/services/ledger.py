@@ -1,0 +1,115 @@
+"""Payouts and manual adjustments: append-only rows, in periods that are still open."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+
+from accounts.models import Owner, User
+from billing.models import Adjustment, Payout, Period, Statement
+
+
+def _cents(name: str, amount: Decimal) -> None:
+    if not isinstance(amount, Decimal):
+        raise ValidationError({name: "must be a Decimal amount."})
+    if amount != amount.quantize(Decimal("0.01")):
+        raise ValidationError({name: f"{amount} has fractions of a cent."})
+
+
+def balance_available(*, owner: Owner, currency: str) -> Decimal:
+    """The last published closing balance, less payouts recorded after its period."""
+    last = (
+        Statement.objects.filter(owner=owner, currency=currency, status=Statement.Status.PUBLISHED)
+        .select_related("period")
+        .order_by("-period__start")
+        .first()
+    )
+    if last is None:
+        return Decimal("0.00")
+    later = Payout.objects.filter(
+        owner=owner, currency=currency, paid_on__gte=last.period.end.date()
+    ).aggregate(total=Sum("amount"))["total"] or Decimal("0.00")
+    return last.closing_balance - later
+
+
+@transaction.atomic
+def payout_record(
+    *,
+    owner: Owner,
+    currency: str,
+    amount: Decimal,
+    paid_on: date,
+    reference: str,
+    by: User,
+) -> Payout:
+    """Money paid to an owner, against their published balance. Refused if it exceeds the
+    balance available, or if its date falls in a period already closing or closed."""
+    _cents("amount", amount)
+    if amount <= 0:
+        raise ValidationError({"amount": "A payout is a positive amount."})
+    if not reference.strip():
+        raise ValidationError({"reference": "Give the payment's reference."})
+    at = datetime(paid_on.year, paid_on.month, paid_on.day, tzinfo=UTC)
+    period = Period.objects.select_for_update().filter(start__lte=at, end__gt=at).first()
+    if period is not None and period.status != Period.Status.OPEN:
+        raise ValidationError(
+            {"paid_on": f"{paid_on} is in period {period}, which is {period.status}."}
+        )
+    Owner.objects.select_for_update().get(pk=owner.pk)  # one payout at a time per owner
+    available = balance_available(owner=owner, currency=currency)
+    if amount > available:
+        raise ValidationError(
+            {
+                "amount": f"{amount} {currency} exceeds the balance available, "
+                f"{available} {currency}."
+            }
+        )
+    try:
+        with transaction.atomic():
+            return Payout.objects.create(
+                owner=owner,
+                currency=currency,
+                amount=amount,
+                paid_on=paid_on,
+                reference=reference.strip(),
+                created_by=by,
+            )
+    except IntegrityError as exc:
+        raise ValidationError({"reference": f"Reference {reference} is already recorded."}) from exc
+
+
+@transaction.atomic
+def adjustment_add(
+    *,
+    owner: Owner,
+    period: Period,
+    currency: str,
+    amount: Decimal,
+    reason: str,
+    by: User,
+) -> Adjustment:
+    """A manual amount for an owner in an open period (a correction names what it corrects
+    through reconciliation instead)."""
+    _cents("amount", amount)
+    if amount == 0:
+        raise ValidationError({"amount": "An adjustment of zero changes nothing."})
+    if not reason.strip():
+        raise ValidationError({"reason": "Say why."})
+    locked = Period.objects.select_for_update().get(pk=period.pk)
+    if locked.status != Period.Status.OPEN:
+        raise ValidationError(
+            {"period": f"Period {locked} is {locked.status}; adjustments go in an open period."}
+        )
+    return Adjustment.objects.create(
+        owner=owner,
+        period=locked,
+        currency=currency,
+        amount=amount,
+        reason=reason.strip(),
+        source=Adjustment.Source.MANUAL,
+        created_by=by,
+    )

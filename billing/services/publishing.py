@@ -1,0 +1,91 @@
+"""Publishing takes two operators: one requests, another approves (never the same person).
+
+Both steps are compare-and-set updates on the statement's status and hash, so publishing
+twice, or two approvals racing, publish exactly once; the database check
+``billing_statement_published_by_a_second_operator`` refuses self-approval whatever the path.
+Before approving, the statement is recomputed from its frozen inputs and must reproduce its
+hash.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import User
+from billing.engine.document import document_from_frozen, sha256_hex
+from billing.models import Period, Statement
+from billing.services.closing import refuse_pending_telemetry
+
+
+def _operator(user: User, action: str) -> None:
+    if not user.is_staff:
+        raise ValidationError({"by": f"Only operators may {action} a statement."})
+
+
+def statement_reproduces(*, statement: Statement) -> bool:
+    """Recomputing from the frozen inputs gives the stored hash."""
+    return sha256_hex(document_from_frozen(statement.frozen_inputs)) == statement.content_sha256
+
+
+@transaction.atomic
+def statement_publish_request(*, statement: Statement, by: User) -> Statement:
+    _operator(by, "request publishing of")
+    period = Period.objects.select_for_update().get(pk=statement.period_id)
+    if period.status != Period.Status.CLOSING:
+        raise ValidationError(
+            {
+                "statement": f"Statements are published while their period closes; {period} is "
+                f"{period.status}."
+            }
+        )
+    refuse_pending_telemetry(period, "publish statements for")
+    updated = Statement.objects.filter(pk=statement.pk, status=Statement.Status.DRAFT).update(
+        status=Statement.Status.PUBLISH_REQUESTED, requested_by=by, requested_at=timezone.now()
+    )
+    if updated != 1:
+        current = Statement.objects.get(pk=statement.pk)
+        raise ValidationError(
+            {"statement": f"This statement is {current.get_status_display().lower()}, not a draft."}
+        )
+    return Statement.objects.get(pk=statement.pk)
+
+
+@transaction.atomic
+def statement_publish_approve(*, statement: Statement, by: User) -> Statement:
+    _operator(by, "approve")
+    current = Statement.objects.get(pk=statement.pk)
+    if current.status == Statement.Status.PUBLISHED:
+        raise ValidationError({"statement": "This statement is already published."})
+    if current.status != Statement.Status.PUBLISH_REQUESTED:
+        raise ValidationError({"statement": "Publishing this statement was not requested."})
+    if current.requested_by_id == by.pk:
+        raise ValidationError(
+            {"by": "You requested publishing this statement; another operator must approve it."}
+        )
+    period = Period.objects.get(pk=current.period_id)
+    refuse_pending_telemetry(period, "publish statements for")
+    if not statement_reproduces(statement=current):
+        raise ValidationError(
+            {
+                "statement": "Recomputing from the frozen inputs does not give the stored hash; "
+                "recompute the drafts before publishing."
+            }
+        )
+    # Compare-and-set on status and hash: a recomputed draft, a second approval or a racing
+    # one finds nothing to update.
+    updated = Statement.objects.filter(
+        pk=current.pk,
+        status=Statement.Status.PUBLISH_REQUESTED,
+        requested_by=current.requested_by_id,
+        content_sha256=current.content_sha256,
+    ).update(status=Statement.Status.PUBLISHED, approved_by=by, published_at=timezone.now())
+    if updated != 1:
+        raise ValidationError(
+            {
+                "statement": "The statement changed while you approved it (published by someone "
+                "else, or recomputed); look again."
+            }
+        )
+    return Statement.objects.get(pk=current.pk)

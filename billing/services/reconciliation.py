@@ -1,0 +1,170 @@
+"""Reconciling a closed period: late telemetry and fixes never edit it.
+
+The period is recomputed from today's data and compared, line by line (owner, currency, GPU,
+run), with its published statements. Each difference in a line's net — less what earlier
+reconciliations already adjusted for that line — becomes an ``Adjustment`` in the next open
+period, naming the statement and line it corrects, with an idempotency key; running again
+with nothing new adds nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+
+from accounts import selectors as accounts_selectors
+from accounts.models import User
+from billing.models import Adjustment, Period, Statement, StatementLine
+from billing.services.closing import refuse_pending_telemetry
+from billing.services.computing import statements_compute
+from billing.services.periods import period_for_month
+
+LineKey = tuple[str, str, str, str, str]  # owner, currency, gpu, starts_at, ends_at
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    into: Period
+    added: list[Adjustment]
+
+
+def _next_open_period(after: Period) -> Period:
+    following = (
+        Period.objects.filter(start__gte=after.end, status=Period.Status.OPEN)
+        .order_by("start")
+        .first()
+    )
+    if following is not None:
+        return following
+    latest = Period.objects.order_by("-end").first()
+    assert latest is not None
+    end = latest.end.astimezone(UTC)
+    created = period_for_month(year=end.year, month=end.month)
+    if created.status != Period.Status.OPEN:  # pragma: no cover - latest period ends there
+        raise ValidationError({"period": "No open period to put the adjustments in."})
+    return created
+
+
+def _key(owner: str, currency: str, line: dict[str, Any]) -> LineKey:
+    return (owner, currency, line["gpu_id"], line["starts_at"], line["ends_at"])
+
+
+def period_reconcile(*, period: Period, by: User) -> Reconciliation:
+    period.refresh_from_db()
+    if period.status != Period.Status.CLOSED:
+        raise ValidationError(
+            {"period": f"Only a closed period is reconciled; {period} is {period.status}."}
+        )
+    refuse_pending_telemetry(period, "reconcile")
+    disclosure = accounts_selectors.disclosure_current()
+    assert disclosure is not None  # a closed period had one
+    now = statements_compute(period=period, disclosure=disclosure)
+
+    published = {
+        (str(s.owner_id), s.currency): s
+        for s in Statement.objects.filter(period=period, status=Statement.Status.PUBLISHED)
+    }
+    old_lines: dict[LineKey, tuple[Statement, StatementLine, Decimal]] = {}
+    for issued in published.values():
+        for row in issued.lines.filter(kind=StatementLine.Kind.GPU).order_by("position"):
+            where = {
+                "gpu_id": str(row.gpu_id),
+                "starts_at": _iso(row.starts_at),
+                "ends_at": _iso(row.ends_at),
+            }
+            old_lines[_key(str(issued.owner_id), issued.currency, where)] = (issued, row, row.net)
+    new_lines: dict[LineKey, tuple[dict[str, Any], Decimal]] = {}
+    for (owner, currency), draft in now.items():
+        for computed in draft.content["lines"]:
+            new_lines[_key(owner, currency, computed)] = (computed, Decimal(computed["net"]))
+
+    already: dict[Any, Decimal] = defaultdict(lambda: Decimal("0.00"))
+    counts: dict[str, int] = defaultdict(int)
+    prior = Adjustment.objects.filter(
+        source=Adjustment.Source.RECONCILIATION,
+        idempotency_key__startswith=f"reconcile:{period.pk}:",
+    )
+    for recorded, amount in prior.values_list("idempotency_key", "amount"):
+        stem = (recorded or "").rsplit(":", 1)[0]
+        already[stem] += amount
+        counts[stem] += 1
+
+    into = _next_open_period(period)
+    plans: list[dict[str, Any]] = []
+    for key in sorted(set(old_lines) | set(new_lines)):
+        owner, currency, gpu_id, starts_at, ends_at = key
+        old = old_lines.get(key)
+        statement: Statement | None = old[0] if old else None
+        line: StatementLine | None = old[1] if old else None
+        old_net = old[2] if old else Decimal("0.00")
+        new = new_lines.get(key)
+        doc: dict[str, Any] = new[0] if new else {}
+        new_net = new[1] if new else Decimal("0.00")
+        if statement is None:
+            statement = published.get((owner, currency))
+        stem = (
+            f"reconcile:{period.pk}:line:{line.pk}"
+            if line is not None
+            else f"reconcile:{period.pk}:new:{owner}:{currency}:{gpu_id}:{starts_at}:{ends_at}"
+        )
+        difference = new_net - old_net - already[stem]
+        if difference == 0:
+            continue
+        serial = doc.get("serial") or (line.description if line else gpu_id)
+        plans.append(
+            {
+                "owner_id": owner,
+                "currency": currency,
+                "amount": difference,
+                "reason": (
+                    f"Reconciliation of {period}: {serial} {starts_at[:19]}–{ends_at[:19]} net "
+                    f"{old_net + already[stem]} → {new_net} (late telemetry or a correction)."
+                ),
+                "statement": statement,
+                "line": line,
+                "key": f"{stem}:{counts[stem] + 1}",
+            }
+        )
+    added: list[Adjustment] = []
+    with transaction.atomic():
+        locked = Period.objects.select_for_update().get(pk=into.pk)
+        if locked.status != Period.Status.OPEN:
+            raise ValidationError({"period": f"Period {locked} stopped being open; run again."})
+        for plan in plans:
+            try:
+                with transaction.atomic():
+                    added.append(
+                        Adjustment.objects.create(
+                            owner_id=plan["owner_id"],
+                            period=locked,
+                            currency=plan["currency"],
+                            amount=plan["amount"],
+                            reason=plan["reason"],
+                            source=Adjustment.Source.RECONCILIATION,
+                            corrects_statement=plan["statement"],
+                            corrects_line=plan["line"],
+                            idempotency_key=plan["key"],
+                            created_by=by,
+                        )
+                    )
+            except IntegrityError:
+                continue  # a concurrent run recorded this very adjustment
+    return Reconciliation(into=into, added=added)
+
+
+def reconciliation_total(*, period: Period) -> Decimal:
+    return Adjustment.objects.filter(
+        idempotency_key__startswith=f"reconcile:{period.pk}:"
+    ).aggregate(total=Sum("amount"))["total"] or Decimal("0.00")
+
+
+def _iso(at: datetime | None) -> str:
+    assert at is not None
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,157 @@
+"""Building billing scenarios at the data level: a fleet, GPUs in service, windows by COPY.
+
+Windows go straight into ``telemetry_window`` (binary-free text COPY through Django's own
+connection) and hourly rollups are rebuilt from them with the telemetry service, so the
+rollups are exactly what the worker would have written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+
+from accounts import services as accounts
+from accounts.models import Owner, User
+from billing.services.revenue import rate_card_create
+from fleet.models import (
+    Cluster,
+    Gpu,
+    GpuModel,
+    LifecycleState,
+    LifecycleTransition,
+    Node,
+    Ownership,
+    Placement,
+    Site,
+)
+from telemetry.services.derived import rollups_rebuild
+from telemetry.services.partitions import window_partitions_ensure
+
+UTC = dt.UTC
+MINUTE = dt.timedelta(minutes=1)
+EPOCH = dt.datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class Fleet:
+    site: Site
+    cluster: Cluster
+    node: Node
+    model: GpuModel
+
+
+def fleet(code: str = "fra1") -> Fleet:
+    site = Site.objects.create(code=code, name=code.upper(), country="DE")
+    cluster = Cluster.objects.create(site=site, code="a", name="A")
+    node = Node.objects.create(cluster=cluster, hostname=f"{code}-a-n01")
+    model, _ = GpuModel.objects.get_or_create(
+        name="NVIDIA H100 80GB HBM3", defaults={"memory_mib": 81559, "tdp_w": 700}
+    )
+    return Fleet(site, cluster, node, model)
+
+
+def gpu(
+    f: Fleet, serial: str, *, slot: int, since: dt.datetime = EPOCH, node: Node | None = None
+) -> Gpu:
+    made = Gpu.objects.create(
+        nvml_uuid=f"GPU-{serial}",
+        serial=serial,
+        model=f.model,
+        lifecycle_state=LifecycleState.IN_SERVICE,
+    )
+    Placement.objects.create(gpu=made, node=node or f.node, slot=slot, valid_from=since)
+    LifecycleTransition.objects.create(gpu=made, state=LifecycleState.IN_SERVICE, at=since)
+    return made
+
+
+def owner(name: str, currency: str = "EUR") -> Owner:
+    return accounts.owner_create(
+        kind=Owner.Kind.COMPANY,
+        legal_name=name,
+        contact_email=f"{name.split()[0].lower()}@owner.example",
+        billing_currency=currency,
+    )
+
+
+def own(
+    g: Gpu, o: Owner, bps: int, start: dt.datetime, end: dt.datetime | None = None
+) -> Ownership:
+    return Ownership.objects.create(
+        gpu=g, owner=o, share_bps=bps, valid_from=start, valid_to=end, reason="test"
+    )
+
+
+def card(f: Fleet, by: User, **overrides: Any) -> None:
+    values: dict[str, Any] = {
+        "cluster": f.cluster,
+        "currency": "EUR",
+        "effective_from": EPOCH,
+        "effective_to": None,
+        "hosting_fee_per_gpu_month": Decimal("100.00"),
+        "price_per_kwh": Decimal("0.20"),
+        "pue": Decimal("1.5"),
+        "management_fee_pct": Decimal("10"),
+        "waive_hosting_in_operator_incidents": False,
+        "by": by,
+    }
+    values.update(overrides)
+    rate_card_create(**values)
+
+
+Minute = dict[str, Any]
+
+
+def windows(
+    g: Gpu,
+    start: dt.datetime,
+    end: dt.datetime,
+    *,
+    node: Node,
+    state: str = "up",
+    util: float | None = 50.0,
+    energy_start: int = 0,
+    energy_per_minute: int = 36_000_000,  # 36 kJ a minute: 0.01 kWh
+    skip: Iterable[tuple[dt.datetime, dt.datetime]] = (),
+    change: Callable[[dt.datetime, Minute], Minute] | None = None,
+) -> int:
+    """Writes one window a minute over ``[start, end)``; the energy counter climbs steadily
+    from ``energy_start``. ``change`` may edit any minute's values. Returns the count."""
+    skip = list(skip)
+    rows = []
+    t = start
+    counter = energy_start
+    while t < end:
+        counter += energy_per_minute
+        if not any(a <= t < b for a, b in skip):
+            values: Minute = {"state": state, "util": util, "energy_mj": counter}
+            if change is not None:
+                values = change(t, values)
+            rows.append(
+                (g.pk, t, node.pk, 0, 12, 12, values["state"], values["util"], values["energy_mj"])
+            )
+        t += MINUTE
+    write_rows(rows)
+    return len(rows)
+
+
+def write_rows(rows: list[tuple[Any, ...]]) -> None:
+    days = {r[1].date() for r in rows}
+    window_partitions_ensure(days=days)
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(
+            "COPY telemetry_window (gpu_id, window_start, node_id, batch_id, samples_ok, "
+            "samples_expected, state, util_gpu_avg, energy_mj) FROM STDIN"
+        ) as copy,
+    ):
+        for row in rows:
+            copy.write_row(row)
+
+
+def rebuild(start: dt.datetime, end: dt.datetime) -> None:
+    rollups_rebuild(start=start - dt.timedelta(days=3), end=end + dt.timedelta(days=1))

@@ -1,0 +1,209 @@
+"""Closing a period at the data level: figures by hand, resumable and idempotent runs,
+refusals that change nothing."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import DatabaseError, connection
+
+from billing.models import Period, Statement, StatementLine
+from billing.services.closing import period_close, period_close_run, period_close_start
+from billing.services.periods import period_for_month
+from billing.services.revenue import rental_create
+from telemetry.models import IngestBatch
+from tests.billing import scenario as s
+
+pytestmark = pytest.mark.django_db
+D = Decimal
+UTC = dt.UTC
+MARCH = (dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 4, 1, tzinfo=UTC))
+
+
+@pytest.fixture
+def transfer_world(oscar, disclosure):
+    """SN-1 up all March at 50 %, 0.01 kWh a minute, rented all month at 2.00 EUR per GPU-hour;
+    Alice holds it until 2026-03-10 12:00:30, then Bob. Rate card: hosting 100.00 a month,
+    power 0.20 per kWh at PUE 1.5, management 10 %."""
+    f = s.fleet()
+    gpu = s.gpu(f, "SN-1", slot=0)
+    alice, bob = s.owner("Alice Compute Ltd"), s.owner("Bob Chen")
+    transfer = dt.datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)
+    s.own(gpu, alice, 10_000, s.EPOCH, transfer)
+    s.own(gpu, bob, 10_000, transfer)
+    s.card(f, oscar)
+    # From the last minute of February, so March's first minute has a counter delta too.
+    s.windows(gpu, MARCH[0] - dt.timedelta(minutes=1), MARCH[1], node=f.node)
+    s.rebuild(*MARCH)
+    rental_create(
+        cluster=f.cluster,
+        gpus=[gpu],
+        starts_at=MARCH[0],
+        ends_at=MARCH[1],
+        rate_per_gpu_hour=D("2.00"),
+        currency="EUR",
+        customer_reference="R-1",
+        by=oscar,
+    )
+    return {
+        "fleet": f,
+        "gpu": gpu,
+        "alice": alice,
+        "bob": bob,
+        "period": period_for_month(year=2026, month=3),
+    }
+
+
+def test_a_transfer_mid_month_splits_every_figure_at_the_second(transfer_world, oscar):
+    w = transfer_world
+    run = period_close(period=w["period"], by=oscar)
+    assert (run.written, run.unchanged) == (2, 0)
+    alice = Statement.objects.get(owner=w["alice"])
+    bob = Statement.objects.get(owner=w["bob"])
+    (a,) = alice.lines.all()
+    (b,) = bob.lines.all()
+    # Alice's seconds: 9 d 12 h 30 s = 820,830 s; Bob's: 2,678,400 − 820,830 = 1,857,570 s.
+    assert (a.up_s, b.up_s, a.no_data_s, b.no_data_s) == (820_830, 1_857_570, 0, 0)
+    # Rental 744 h × 2.00 = 1,488.00 split 456.0166… / 1,031.9833…; the spare cent goes to
+    # the larger remainder (Alice).
+    assert (a.gross, b.gross) == (D("456.02"), D("1031.98"))
+    # Hosting 100 × 820,830 / 2,678,400 = 30.646… ; Bob 69.353…
+    assert (a.hosting_fee, b.hosting_fee) == (D("30.65"), D("69.35"))
+    # Energy 0.01 kWh × 13,680.5 min = 136.805 kWh × 1.5 × 0.20 = 41.0415; Bob 309.595 kWh.
+    assert (a.energy_kwh, b.energy_kwh) == (D("136.805000"), D("309.595000"))
+    assert (a.power_cost, b.power_cost) == (D("41.04"), D("92.88"))
+    assert (a.management_fee, b.management_fee) == (D("45.60"), D("103.20"))
+    assert (a.net, b.net) == (D("338.73"), D("766.55"))
+    assert (a.utilization, a.availability) == (D("0.500000"), D("1.000000"))
+    assert (alice.lines_total, alice.closing_balance) == (D("338.73"), D("338.73"))
+    assert alice.disclosure_version == "2026-01"
+    assert alice.status == Statement.Status.DRAFT
+    assert w["period"].statements.count() == 2
+    assert Period.objects.get(pk=w["period"].pk).status == Period.Status.CLOSING
+
+
+def _snapshot(period):
+    return sorted(
+        (
+            str(st.owner_id),
+            st.currency,
+            st.content_sha256,
+            st.closing_balance,
+            tuple(st.lines.order_by("position").values_list("position", "gpu_id", "net")),
+        )
+        for st in Statement.objects.filter(period=period)
+    )
+
+
+def test_a_run_that_crashes_midway_then_reruns_equals_a_clean_run(transfer_world, oscar):
+    w = transfer_world
+    period = period_close_start(period=w["period"], by=oscar)
+    # The database fails writing Bob's lines: the statements written before stay, Bob's not.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            CREATE FUNCTION test_crash() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'injected crash'; END $$;
+            CREATE TRIGGER test_crash BEFORE INSERT ON billing_statement FOR EACH ROW
+              WHEN (NEW.owner_id = '{w["bob"].pk}') EXECUTE FUNCTION test_crash();
+            """
+        )
+    from billing.services import closing
+
+    closing.WRITE_CHUNK, saved = 1, closing.WRITE_CHUNK
+    try:
+        with pytest.raises(DatabaseError, match="injected crash"):
+            period_close_run(period=period)
+    finally:
+        closing.WRITE_CHUNK = saved
+    written_before_crash = Statement.objects.filter(period=period).count()
+    assert written_before_crash == (1 if str(w["alice"].pk) < str(w["bob"].pk) else 0)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER test_crash ON billing_statement; DROP FUNCTION test_crash()")
+    resumed = period_close_run(period=period)
+    assert resumed.written + resumed.unchanged == 2
+    after_resume = _snapshot(period)
+
+    again = period_close_run(period=period)  # idempotent: nothing to write
+    assert (again.written, again.unchanged) == (0, 2)
+    for st in Statement.objects.filter(period=period):
+        st.lines.all().delete()
+        st.delete()
+    clean = period_close_run(period=period)
+    assert clean.written == 2
+    assert _snapshot(period) == after_resume
+
+
+def test_closing_with_unprocessed_telemetry_is_refused_and_changes_nothing(transfer_world, oscar):
+    w = transfer_world
+    IngestBatch.objects.create(
+        node=w["fleet"].node,
+        batch_id="018f0000-0000-7000-8000-000000000001",
+        body_sha256="0" * 64,
+        body=b"",
+        signed_at=MARCH[1],
+        received_at=MARCH[1] + dt.timedelta(hours=2),
+        answer={},
+    )
+    with pytest.raises(ValidationError, match=r"not processed yet \(1 pending\)"):
+        period_close(period=w["period"], by=oscar)
+    assert Period.objects.get(pk=w["period"].pk).status == Period.Status.OPEN
+    assert not Statement.objects.exists()
+    assert not StatementLine.objects.exists()
+
+
+def test_maintenance_overlapping_an_operator_incident_at_the_data_level(oscar, disclosure):
+    from fleet.models import Incident, IncidentCause, MaintenanceWindow
+
+    f = s.fleet()
+    gpu = s.gpu(f, "SN-1", slot=0)
+    alice = s.owner("Alice Compute Ltd")
+    s.own(gpu, alice, 10_000, s.EPOCH)
+    s.card(f, oscar, waive_hosting_in_operator_incidents=True)
+    day = dt.datetime(2026, 3, 5, tzinfo=UTC)
+    incident = (day + dt.timedelta(hours=11), day + dt.timedelta(hours=14))
+
+    def down_in_incident(t, v):
+        if incident[0] <= t < incident[1]:
+            v.update(state="down", util=0.0)
+        return v
+
+    s.windows(
+        gpu, MARCH[0] - dt.timedelta(minutes=1), MARCH[1], node=f.node, change=down_in_incident
+    )
+    s.rebuild(*MARCH)
+    MaintenanceWindow.objects.create(
+        node=f.node,
+        title="BIOS",
+        announced_at=day,
+        starts_at=day + dt.timedelta(hours=10),
+        ends_at=day + dt.timedelta(hours=12),
+    )
+    Incident.objects.create(
+        gpu=gpu,
+        title="XID 79",
+        cause=IncidentCause.HARDWARE,
+        started_at=incident[0],
+        ended_at=incident[1],
+    )
+    rental_create(
+        cluster=f.cluster,
+        gpus=[gpu],
+        starts_at=MARCH[0],
+        ends_at=MARCH[1],
+        rate_per_gpu_hour=D("1.00"),
+        currency="EUR",
+        customer_reference="R-1",
+        by=oscar,
+    )
+    period_close(period=period_for_month(year=2026, month=3), by=oscar)
+    (line,) = Statement.objects.get(owner=alice).lines.all()
+    # Maintenance wins 10–12 (2 h); down is the rest of the incident, 12–14 (2 h).
+    assert (line.maintenance_s, line.down_s, line.no_data_s) == (7200, 7200, 0)
+    assert line.up_s == 2_678_400 - 4 * 3600
+    # Availability = 2,664,000 / (2,678,400 − 7,200) = 0.997304…
+    assert line.availability == D("0.997305")
+    # The rental earns on up seconds only: 740 h × 1.00; hosting waived for the incident's
+    # 3 h (the maintenance overlap included): 100 × 2,667,600 / 2,678,400 = 99.5967… → 99.60.
+    assert (line.gross, line.hosting_fee) == (D("740.00"), D("99.60"))
