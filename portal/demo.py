@@ -100,6 +100,8 @@ def seed_demo(*, password: str) -> dict[str, object]:
     accounts.partner_member_add(user=carol, partner=partner)
 
     access.operator_groups_sync()
+    # Owners must acknowledge the current risk disclosure before they see earnings.
+    accounts.disclosure_standard_ensure()
     if not TOTPDevice.objects.filter(user=oscar, confirmed=True).exists():
         accounts.totp_device_provision(user=oscar, key_hex=DEMO_TOTP_KEY_HEX, by=None)
     gpus = _fleet(operator=oscar, alice=alice_co, bob=bob_owner)
