@@ -90,7 +90,9 @@ class GpuFilterForm(forms.Form):
         self.fields["period"].choices = periods  # type: ignore[attr-defined]
 
     def value(self, name: str, default: str = "") -> str:
-        if self.is_valid():
+        """The field's clean value; an invalid field (shown with its error) filters nothing."""
+        if self.is_bound:
+            self.is_valid()
             return str(self.cleaned_data.get(name) or default)
         return default
 

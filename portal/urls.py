@@ -9,9 +9,9 @@ urlpatterns = [
     path("gpus/", fleet.gpu_list, name="gpus"),
     path("gpus/<uuid:gpu_id>/", fleet.gpu_page, name="gpu"),
     path("incidents/", events.incidents, name="incidents"),
-    path("incidents/<int:pk>/", events.incident, name="incident"),
+    path("incidents/<int:incident_id>/", events.incident, name="incident"),
     path("maintenance/", events.maintenance, name="maintenance"),
-    path("maintenance/<int:pk>/", events.maintenance_window, name="maintenance-window"),
+    path("maintenance/<int:window_id>/", events.maintenance_window, name="maintenance-window"),
     path("settings/notifications/", account.notification_settings, name="notifications"),
     path("settings/security/", account.security, name="security"),
     path("settings/security/2fa/enrol/", account.two_factor_enrol, name="2fa-enrol"),
@@ -20,7 +20,7 @@ urlpatterns = [
         "settings/security/2fa/recovery-codes/", account.recovery_codes, name="recovery-codes"
     ),
     path(
-        "settings/security/sessions/<int:pk>/revoke/",
+        "settings/security/sessions/<int:session_id>/revoke/",
         account.session_revoke,
         name="session-revoke",
     ),

@@ -125,9 +125,9 @@ def _show_codes(request: HttpRequest, codes: list[str], *, first_time: bool) -> 
 
 @owner_view
 @require_POST
-def session_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+def session_revoke(request: HttpRequest, session_id: int) -> HttpResponse:
     user = the_user(request)
-    target = UserSession.objects.filter(user=user, pk=pk).first()
+    target = UserSession.objects.filter(user=user, pk=session_id).first()
     if target is None:
         raise Http404("No such session.")
     current = target.session_key == request.session.session_key

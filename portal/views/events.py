@@ -145,9 +145,9 @@ def incidents(request: HttpRequest) -> HttpResponse:
 
 
 @owner_view
-def incident(request: HttpRequest, pk: int) -> HttpResponse:
+def incident(request: HttpRequest, incident_id: int) -> HttpResponse:
     user = the_user(request)
-    found = incident_for_user(user=user, incident_id=pk)
+    found = incident_for_user(user=user, incident_id=incident_id)
     affected = list(gpus_touched(user=user, scoped=found))
     return render(
         request,
@@ -184,9 +184,9 @@ def maintenance(request: HttpRequest) -> HttpResponse:
 
 
 @owner_view
-def maintenance_window(request: HttpRequest, pk: int) -> HttpResponse:
+def maintenance_window(request: HttpRequest, window_id: int) -> HttpResponse:
     user = the_user(request)
-    window = maintenance_window_for_user(user=user, window_id=pk)
+    window = maintenance_window_for_user(user=user, window_id=window_id)
     return render(
         request,
         "portal/maintenance_window.html",
