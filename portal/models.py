@@ -117,6 +117,9 @@ class ScanCursor(models.Model):
 
     name = models.CharField(max_length=40, primary_key=True)
     position = models.BigIntegerField(default=0)
+    floor = models.BigIntegerField(
+        default=0, help_text="Where the cursor started: the overlap never reads below it."
+    )
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

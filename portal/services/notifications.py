@@ -103,15 +103,15 @@ def _advance(name: str, top: int | None) -> tuple[int, int] | None:
     """
     cursor = ScanCursor.objects.select_for_update(skip_locked=True).filter(name=name).first()
     if cursor is None:
-        created, made = ScanCursor.objects.get_or_create(
-            name=name, defaults={"position": top or 0}
+        _, made = ScanCursor.objects.get_or_create(
+            name=name, defaults={"position": top or 0, "floor": top or 0}
         )
         if made:
             return None
         cursor = ScanCursor.objects.select_for_update(skip_locked=True).filter(name=name).first()
         if cursor is None:
             return None
-    low = max(0, cursor.position - CURSOR_OVERLAP)
+    low = max(cursor.floor, cursor.position - CURSOR_OVERLAP)
     high = min(top or 0, cursor.position + CURSOR_CHUNK)
     if high > cursor.position:
         ScanCursor.objects.filter(name=name).update(position=high)
