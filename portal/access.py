@@ -80,7 +80,9 @@ _TABLES = {
 }
 
 
-def _touch_sql(model: type[Incident | MaintenanceWindow], *, select: str, where: str, join: str = "") -> str:
+def _touch_sql(
+    model: type[Incident | MaintenanceWindow], *, select: str, where: str, join: str = ""
+) -> str:
     table, start, end = _TABLES[model]
     return _TOUCH_SQL.format(
         select=select, table=table, start=start, end=end, join=join, where=where
@@ -88,7 +90,8 @@ def _touch_sql(model: type[Incident | MaintenanceWindow], *, select: str, where:
 
 
 def _visible(model: type[Incident | MaintenanceWindow], *, user: User, gpu: Gpu | None) -> RawSQL:
-    where, params = _USERS_OWNERS, [user.pk]
+    where = _USERS_OWNERS
+    params: list[Any] = [user.pk]
     if gpu is not None:
         where += " AND o.gpu_id = %s"
         params.append(gpu.pk)

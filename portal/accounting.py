@@ -132,7 +132,9 @@ def load_inputs(*, user: User, gpus: Sequence[Gpu], window: Interval) -> dict[An
     transitions = LifecycleTransition.objects.filter(gpu_id__in=ids, at__lt=end).order_by(
         "gpu_id", "at"
     )
-    for gpu_id, rows in itertools.groupby(transitions.values_list("gpu_id", "at", "state"), key=_first):
+    for gpu_id, rows in itertools.groupby(
+        transitions.values_list("gpu_id", "at", "state"), key=_first
+    ):
         ordered = list(rows)
         for (_, at, state), following in zip(ordered, [*ordered[1:], None], strict=True):
             piece = _clip(at, following[1] if following else None, window)

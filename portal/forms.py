@@ -43,7 +43,7 @@ class QueuedPasswordResetForm(PasswordResetForm):
         email = self.cleaned_data["email"]
         for user in self.get_users(email):
             password_reset_queue(
-                user=user,  # type: ignore[arg-type]
+                user=user,
                 domain=kwargs.get("domain_override") or request.get_host(),
                 use_https=bool(kwargs.get("use_https")) or request.is_secure(),
             )

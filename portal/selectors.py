@@ -12,7 +12,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from accounts.models import User
-from billing.engine.intervals import Interval, intersect, normalize
+from billing.engine.intervals import Interval
 from fleet.models import (
     Gpu,
     GpuModel,
@@ -136,9 +136,7 @@ def fleet_overview(*, user: User, period: Period, now: datetime) -> Overview:
         period=period,
         gpus_held=len(held_now),
         by_lifecycle=[
-            (label, lifecycle[value])
-            for value, label in LifecycleState.choices
-            if lifecycle[value]
+            (label, lifecycle[value]) for value, label in LifecycleState.choices if lifecycle[value]
         ],
         by_telemetry=[
             (label, telemetry[value]) for value, label in GpuState.choices if telemetry[value]
@@ -188,7 +186,7 @@ def cluster_choices(*, user: User, now: datetime) -> list[str]:
     return sorted(
         {
             f"{r['site_code']}/{r['cluster_code']}"
-            for r in rows.values("site_code", "cluster_code")
+            for r in rows.values("site_code", "cluster_code")  # type: ignore[misc]
             if r["cluster_code"]
         }
     )
@@ -198,9 +196,7 @@ def model_choices(*, user: User) -> QuerySet[GpuModel]:
     return GpuModel.objects.filter(gpus__in=gpus_for_user(user=user)).distinct().order_by("name")
 
 
-def gpu_rows(
-    *, user: User, filters: GpuFilters, period: Period, now: datetime
-) -> list[GpuRow]:
+def gpu_rows(*, user: User, filters: GpuFilters, period: Period, now: datetime) -> list[GpuRow]:
     """The user's GPUs matching ``filters``, sorted, with this period's figures."""
     base = gpus_for_user(user=user, held_at=now if filters.held != "ever" else None)
     gpus = gpus_with_whereabouts(at=now).filter(pk__in=base.values("pk"))
@@ -210,7 +206,7 @@ def gpu_rows(
         gpus = gpus.filter(model_id=int(filters.model))
     if "/" in filters.cluster:
         site, cluster = filters.cluster.split("/", 1)
-        gpus = gpus.filter(site_code=site, cluster_code=cluster)
+        gpus = gpus.filter(site_code=site, cluster_code=cluster)  # type: ignore[misc]
     listed = list(gpus.order_by("serial"))
     states = telemetry_now(ids=[g.pk for g in listed])
     if filters.telemetry:
@@ -389,8 +385,8 @@ def ownership_history(*, user: User, gpu: Gpu) -> list[dict[str, Any]]:
     """The GPU's ownership rows; other owners are not named (they are other customers)."""
     mine = set(holdings_for_user(user=user).filter(gpu=gpu).values_list("pk", flat=True))
     rows = []
-    for row in Ownership.objects.filter(gpu=gpu).select_related("owner").order_by(
-        "valid_from", "pk"
+    for row in (
+        Ownership.objects.filter(gpu=gpu).select_related("owner").order_by("valid_from", "pk")
     ):
         rows.append(
             {

@@ -59,7 +59,9 @@ def csv_value(value: Any) -> str:
         return "yes" if value else "no"
     text = str(value)
     # A cell starting with these is run as a formula by spreadsheets: neutralise it.
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") and not _number(text) else text
+    return (
+        f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") and not _number(text) else text
+    )
 
 
 def _number(text: str) -> bool:

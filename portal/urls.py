@@ -16,9 +16,7 @@ urlpatterns = [
     path("settings/security/", account.security, name="security"),
     path("settings/security/2fa/enrol/", account.two_factor_enrol, name="2fa-enrol"),
     path("settings/security/2fa/disable/", account.two_factor_disable, name="2fa-disable"),
-    path(
-        "settings/security/2fa/recovery-codes/", account.recovery_codes, name="recovery-codes"
-    ),
+    path("settings/security/2fa/recovery-codes/", account.recovery_codes, name="recovery-codes"),
     path(
         "settings/security/sessions/<int:session_id>/revoke/",
         account.session_revoke,

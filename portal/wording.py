@@ -21,7 +21,10 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
     ("ROI", r"\bROI\b"),
     ("return on investment", r"\breturns?\s+on\s+(?:your\s+)?investment\b"),
     ("expected return", r"\bexpected\s+(?:returns?|earnings|income|profits?|payouts?)\b"),
-    ("projection", r"\bproject(?:ed|ion|ions|s)?\s+(?:earnings|income|returns?|revenue|payouts?|profits?)\b"),
+    (
+        "projection",
+        r"\bproject(?:ed|ion|ions|s)?\s+(?:earnings|income|returns?|revenue|payouts?|profits?)\b",
+    ),
     ("projection", r"\bprojections?\b"),
     ("forecast", r"\bforecast(?:s|ed|ing)?\b"),
     ("estimated earnings", r"\bestimated\s+(?:earnings|income|returns?|payouts?)\b"),

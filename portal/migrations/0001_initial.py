@@ -8,85 +8,184 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0002_audit_entry'),
+        ("accounts", "0002_audit_entry"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='OutageWatch',
+            name="OutageWatch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('transition_id', models.BigIntegerField(unique=True)),
-                ('gpu_id', models.UUIDField()),
-                ('state', models.CharField(max_length=8)),
-                ('since', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("transition_id", models.BigIntegerField(unique=True)),
+                ("gpu_id", models.UUIDField()),
+                ("state", models.CharField(max_length=8)),
+                ("since", models.DateTimeField()),
             ],
             options={
-                'ordering': ['since'],
+                "ordering": ["since"],
             },
         ),
         migrations.CreateModel(
-            name='ScanCursor',
+            name="ScanCursor",
             fields=[
-                ('name', models.CharField(max_length=40, primary_key=True, serialize=False)),
-                ('position', models.BigIntegerField(default=0)),
-                ('floor', models.BigIntegerField(default=0, help_text='Where the cursor started: the overlap never reads below it.')),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("name", models.CharField(max_length=40, primary_key=True, serialize=False)),
+                ("position", models.BigIntegerField(default=0)),
+                (
+                    "floor",
+                    models.BigIntegerField(
+                        default=0,
+                        help_text="Where the cursor started: the overlap never reads below it.",
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.CreateModel(
-            name='NotificationPreference',
+            name="NotificationPreference",
             fields=[
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='notification_preference', serialize=False, to=settings.AUTH_USER_MODEL)),
-                ('statement_published', models.BooleanField(default=True)),
-                ('gpu_down', models.BooleanField(default=True, verbose_name='GPU down or silent')),
-                ('gpu_down_after_minutes', models.PositiveIntegerField(default=30, help_text='Notify when a GPU has been down or silent for longer than this.', validators=[django.core.validators.MinValueValidator(5), django.core.validators.MaxValueValidator(10080)])),
-                ('incidents', models.BooleanField(default=True, verbose_name='incident opened or resolved')),
-                ('maintenance', models.BooleanField(default=True, verbose_name='maintenance announced')),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="notification_preference",
+                        serialize=False,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                ("statement_published", models.BooleanField(default=True)),
+                ("gpu_down", models.BooleanField(default=True, verbose_name="GPU down or silent")),
+                (
+                    "gpu_down_after_minutes",
+                    models.PositiveIntegerField(
+                        default=30,
+                        help_text="Notify when a GPU has been down or silent for longer than this.",
+                        validators=[
+                            django.core.validators.MinValueValidator(5),
+                            django.core.validators.MaxValueValidator(10080),
+                        ],
+                    ),
+                ),
+                (
+                    "incidents",
+                    models.BooleanField(default=True, verbose_name="incident opened or resolved"),
+                ),
+                (
+                    "maintenance",
+                    models.BooleanField(default=True, verbose_name="maintenance announced"),
+                ),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'constraints': [models.CheckConstraint(condition=models.Q(('gpu_down_after_minutes__gte', 5), ('gpu_down_after_minutes__lte', 10080)), name='portal_pref_gpu_down_minutes_range')],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            ("gpu_down_after_minutes__gte", 5),
+                            ("gpu_down_after_minutes__lte", 10080),
+                        ),
+                        name="portal_pref_gpu_down_minutes_range",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Notice',
+            name="Notice",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('gpu_down', 'GPU down'), ('gpu_silent', 'GPU silent'), ('incident_opened', 'Incident opened'), ('incident_resolved', 'Incident resolved'), ('maintenance_announced', 'Maintenance announced'), ('statement_published', 'Statement published')], max_length=24)),
-                ('key', models.CharField(help_text='What it is about, e.g. incident:42.', max_length=100)),
-                ('subject', models.CharField(max_length=200)),
-                ('body', models.TextField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('not_before', models.DateTimeField(default=django.utils.timezone.now)),
-                ('claimed_at', models.DateTimeField(blank=True, null=True)),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='portal_notices', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("gpu_down", "GPU down"),
+                            ("gpu_silent", "GPU silent"),
+                            ("incident_opened", "Incident opened"),
+                            ("incident_resolved", "Incident resolved"),
+                            ("maintenance_announced", "Maintenance announced"),
+                            ("statement_published", "Statement published"),
+                        ],
+                        max_length=24,
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        help_text="What it is about, e.g. incident:42.", max_length=100
+                    ),
+                ),
+                ("subject", models.CharField(max_length=200)),
+                ("body", models.TextField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("not_before", models.DateTimeField(default=django.utils.timezone.now)),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="portal_notices",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
-                'indexes': [models.Index(condition=models.Q(('sent_at', None)), fields=['not_before'], name='portal_notice_unsent')],
-                'constraints': [models.UniqueConstraint(fields=('user', 'kind', 'key'), name='portal_notice_once')],
+                "ordering": ["-created_at"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("sent_at", None)),
+                        fields=["not_before"],
+                        name="portal_notice_unsent",
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("user", "kind", "key"), name="portal_notice_once"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='UserSession',
+            name="UserSession",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('session_key', models.CharField(max_length=40, unique=True)),
-                ('ip', models.GenericIPAddressField(blank=True, null=True)),
-                ('user_agent', models.CharField(blank=True, max_length=300)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='portal_sessions', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("session_key", models.CharField(max_length=40, unique=True)),
+                ("ip", models.GenericIPAddressField(blank=True, null=True)),
+                ("user_agent", models.CharField(blank=True, max_length=300)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="portal_sessions",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
-                'indexes': [models.Index(fields=['user', '-created_at'], name='portal_user_user_id_b571e3_idx')],
+                "ordering": ["-created_at"],
+                "indexes": [
+                    models.Index(
+                        fields=["user", "-created_at"], name="portal_user_user_id_b571e3_idx"
+                    )
+                ],
             },
         ),
     ]

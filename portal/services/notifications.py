@@ -168,8 +168,15 @@ def _about_incident(incident: Incident, kind: NoticeKind, now: datetime) -> list
         {"incident": incident, "opened": opened, "link": _link("portal:incident", incident.pk)},
     )
     return [
-        Notice(user_id=pk, kind=kind, key=f"incident:{incident.pk}", subject=subject, body=body,
-               created_at=now, not_before=now)
+        Notice(
+            user_id=pk,
+            kind=kind,
+            key=f"incident:{incident.pk}",
+            subject=subject,
+            body=body,
+            created_at=now,
+            not_before=now,
+        )
         for pk in sorted(wanted, key=str)
     ]
 

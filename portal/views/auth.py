@@ -39,15 +39,21 @@ def _next(request: HttpRequest, candidate: str | None) -> str:
     return reverse("portal:home")
 
 
-def _locked(request: HttpRequest, form: LoginForm | CodeForm, lock: throttle.Lockout) -> HttpResponse:
+def _locked(
+    request: HttpRequest, form: LoginForm | CodeForm, lock: throttle.Lockout
+) -> HttpResponse:
     form.add_error(None, lock.message(now=now()))
     template = "portal/login.html" if isinstance(form, LoginForm) else "portal/login_verify.html"
-    response = render(request, template, {"form": form, "next": request.POST.get("next", "")}, status=429)
+    response = render(
+        request, template, {"form": form, "next": request.POST.get("next", "")}, status=429
+    )
     response["Retry-After"] = str(lock.retry_after_s(now=now()))
     return response
 
 
-def _complete(request: HttpRequest, user: User, device: django_otp.models.Device | None, target: str) -> HttpResponse:
+def _complete(
+    request: HttpRequest, user: User, device: django_otp.models.Device | None, target: str
+) -> HttpResponse:
     login(request, user, backend=settings.AUTHENTICATION_BACKENDS[0])
     if device is not None:
         django_otp.login(request, device)
@@ -98,7 +104,7 @@ def login_view(request: HttpRequest) -> HttpResponse:
 def login_verify(request: HttpRequest) -> HttpResponse:
     """Second step: the password was right; now the authenticator's code or a recovery code."""
     pending = request.session.get(PENDING) or {}
-    user = User.objects.filter(pk=pending.get("user"), is_active=True).first()
+    user = User.objects.filter(pk=int(pending.get("user") or 0), is_active=True).first()
     if user is None or time.time() - pending.get("at", 0) > conf.second_factor_timeout_s():
         request.session.pop(PENDING, None)
         messages.info(request, "Please log in again.")

@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -19,7 +19,7 @@ from django_otp import user_has_device
 from accounts.models import User
 from portal.selectors import Period, month_period, recent_months
 
-View = Callable[..., HttpResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def owner_view(view: View) -> View:
@@ -28,7 +28,7 @@ def owner_view(view: View) -> View:
 
     @wraps(view)
     @never_cache
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         user = request.user
         if not user.is_authenticated or not isinstance(user, User):
             return redirect_to_login(request.get_full_path(), reverse("portal:login"))

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
 
@@ -22,7 +22,15 @@ from portal.access import (
     maintenance_for_user,
     maintenance_window_for_user,
 )
-from portal.tables import Column, Table, csv_response, export_of, fmt_hours, fmt_when, with_export_links
+from portal.tables import (
+    Column,
+    Table,
+    csv_response,
+    export_of,
+    fmt_hours,
+    fmt_when,
+    with_export_links,
+)
 from portal.views.common import now, owner_view, the_user
 
 PAGE_SIZE = 25
@@ -62,7 +70,11 @@ def incident_table(rows: Any, *, caption: str, export_rows: Any = None) -> Table
         name="incidents",
         caption=caption,
         columns=[
-            Column("Incident", lambda i: i.title, link=lambda i: reverse("portal:incident", args=[i.pk])),
+            Column(
+                "Incident",
+                lambda i: i.title,
+                link=lambda i: reverse("portal:incident", args=[i.pk]),
+            ),
             Column("Cause", lambda i: i.cause, text=lambda i: i.get_cause_display()),
             Column("Scope", scope_text),
             Column("Started", lambda i: i.started_at, text=lambda i: fmt_when(i.started_at)),
@@ -112,7 +124,7 @@ _RELATED = ("site", "cluster", "node", "gpu")
 
 def _listing(
     request: HttpRequest, *, template: str, table: Table, page: Any, extra: dict[str, Any]
-) -> HttpResponse:
+) -> HttpResponseBase:
     wanted = export_of(request, [table])
     if wanted is not None:
         return csv_response(wanted, stamp=now())
@@ -125,7 +137,7 @@ def _listing(
 
 
 @owner_view
-def incidents(request: HttpRequest) -> HttpResponse:
+def incidents(request: HttpRequest) -> HttpResponseBase:
     status = request.GET.get("status", "")
     rows = incidents_for_user(user=the_user(request)).select_related(*_RELATED)
     if status == "open":
@@ -163,7 +175,7 @@ def incident(request: HttpRequest, incident_id: int) -> HttpResponse:
 
 
 @owner_view
-def maintenance(request: HttpRequest) -> HttpResponse:
+def maintenance(request: HttpRequest) -> HttpResponseBase:
     at = now()
     when = request.GET.get("when", "")
     rows = maintenance_for_user(user=the_user(request)).select_related(*_RELATED)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
@@ -40,7 +41,7 @@ PAGE_SIZE = 25
 
 def _page(
     request: HttpRequest, template: str, context: dict[str, Any], tables: list[Table]
-) -> HttpResponse:
+) -> HttpResponseBase:
     wanted = export_of(request, tables)
     if wanted is not None:
         return csv_response(wanted, stamp=now())
@@ -62,7 +63,7 @@ def _count_table(name: str, caption: str, rows: list[tuple[str, int]]) -> Table:
 
 
 @owner_view
-def overview(request: HttpRequest) -> HttpResponse:
+def overview(request: HttpRequest) -> HttpResponseBase:
     user, at = the_user(request), now()
     period = period_of(request, at)
     data = selectors.fleet_overview(user=user, period=period, now=at)
@@ -155,7 +156,7 @@ def _q(value: Any) -> str | None:
 
 
 @owner_view
-def gpu_list(request: HttpRequest) -> HttpResponse:
+def gpu_list(request: HttpRequest) -> HttpResponseBase:
     user, at = the_user(request), now()
     models = [(str(m.pk), m.name) for m in selectors.model_choices(user=user)]
     form = GpuFilterForm(
@@ -211,7 +212,7 @@ def _sort_links(request: HttpRequest, current: str) -> dict[str, dict[str, str]]
 
 
 @owner_view
-def gpu_page(request: HttpRequest, gpu_id: Any) -> HttpResponse:
+def gpu_page(request: HttpRequest, gpu_id: Any) -> HttpResponseBase:
     user, at = the_user(request), now()
     gpu = gpu_for_user(user=user, gpu_id=gpu_id)
     detail = selectors.gpu_detail(user=user, gpu=gpu, now=at)
@@ -295,7 +296,6 @@ def _timeline(detail: selectors.GpuDetail) -> str:
 
 def _charts(detail: selectors.GpuDetail) -> list[str]:
     start, end = detail.window
-    common = {"start": start, "end": end}
     span = f"from {fmt_when(start)} to {fmt_when(end)}"
     return [
         charts.line_chart_svg(
@@ -305,9 +305,10 @@ def _charts(detail: selectors.GpuDetail) -> list[str]:
             "the table 'By day'.",
             unit="%",
             id_prefix="chart-util",
-            y_max=charts.Decimal(100),
+            y_max=Decimal(100),
             area=True,
-            **common,
+            start=start,
+            end=end,
         ),
         charts.line_chart_svg(
             [charts.Point(m.hour, m.power_w) for m in detail.metrics],
@@ -316,11 +317,12 @@ def _charts(detail: selectors.GpuDetail) -> list[str]:
             unit=" W",
             id_prefix="chart-power",
             colour="#7a4b00",
-            **common,
+            start=start,
+            end=end,
         ),
         charts.line_chart_svg(
             [
-                charts.Point(m.hour, None if m.temp_max_c is None else charts.Decimal(str(m.temp_max_c)))
+                charts.Point(m.hour, None if m.temp_max_c is None else Decimal(str(m.temp_max_c)))
                 for m in detail.metrics
             ],
             title="Temperature, hourly maximum (°C)",
@@ -328,7 +330,8 @@ def _charts(detail: selectors.GpuDetail) -> list[str]:
             unit=" °C",
             id_prefix="chart-temp",
             colour="#8c1f4e",
-            **common,
+            start=start,
+            end=end,
         ),
     ]
 
@@ -346,7 +349,9 @@ def _days_table(detail: selectors.GpuDetail) -> Table:
             Column(
                 "Utilization",
                 lambda d: fmt_decimal(d.utilization, 2) if d.utilization is not None else None,
-                text=lambda d: fmt_decimal(d.utilization, 1) + (" %" if d.utilization is not None else ""),
+                text=lambda d: (
+                    fmt_decimal(d.utilization, 1) + (" %" if d.utilization is not None else "")
+                ),
                 numeric=True,
                 csv_label="utilization_pct",
             ),
@@ -383,15 +388,25 @@ def _hours_table(detail: selectors.GpuDetail) -> Table:
             Column("No data (s)", lambda r: r[0].no_data),
             Column(
                 "Utilization (%)",
-                lambda r: fmt_decimal(r[1].utilization, 2) if r[1] and r[1].utilization is not None else None,
+                lambda r: (
+                    fmt_decimal(r[1].utilization, 2)
+                    if r[1] and r[1].utilization is not None
+                    else None
+                ),
             ),
             Column(
                 "Power (W)",
-                lambda r: fmt_decimal(r[1].power_w, 1) if r[1] and r[1].power_w is not None else None,
+                lambda r: (
+                    fmt_decimal(r[1].power_w, 1) if r[1] and r[1].power_w is not None else None
+                ),
             ),
             Column(
                 "Max temperature (°C)",
-                lambda r: fmt_decimal(r[1].temp_max_c, 1) if r[1] and r[1].temp_max_c is not None else None,
+                lambda r: (
+                    fmt_decimal(r[1].temp_max_c, 1)
+                    if r[1] and r[1].temp_max_c is not None
+                    else None
+                ),
             ),
         ],
         rows=rows,

@@ -109,7 +109,10 @@ def test_owner_a_cannot_reach_anything_of_owner_b(client, world, alice, bob):
     ]:
         assert client.get(url).status_code == 404, url
     assert client.get(gpu_url(world.x)).status_code == 200
-    assert client.get(reverse("portal:maintenance-window", args=[world.maintenance.pk])).status_code == 200
+    assert (
+        client.get(reverse("portal:maintenance-window", args=[world.maintenance.pk])).status_code
+        == 200
+    )
 
 
 def test_unknown_ids_answer_404(client, world, alice):

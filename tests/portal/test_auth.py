@@ -115,7 +115,10 @@ def test_a_recovery_code_works_once(client, alice, now):
     assert client.post("/login/verify/", {"code": codes[0]}).status_code == 302
     other = Client()
     log_in(other, alice.email)
-    assert "That code is not valid" in other.post("/login/verify/", {"code": codes[0]}).content.decode()
+    assert (
+        "That code is not valid"
+        in other.post("/login/verify/", {"code": codes[0]}).content.decode()
+    )
 
 
 def test_wrong_codes_count_towards_the_lock(client, alice, now):
@@ -199,7 +202,9 @@ def test_password_reset_is_queued_on_commit_and_the_link_works(
     message = mail.outbox[0]
     assert message.to == ["alice@owner.example"]
     assert message.subject == "[Steward] Reset your Steward password"
-    link = re.search(r"http://testserver(/password-reset/\S+/)", message.body).group(1)
+    found = re.search(r"http://testserver(/password-reset/\S+/)", str(message.body))
+    assert found is not None
+    link = found.group(1)
     form = client.get(link, follow=True)
     assert "Choose a new password" in form.content.decode()
     new = "a-much-longer-new-passphrase"
@@ -208,7 +213,9 @@ def test_password_reset_is_queued_on_commit_and_the_link_works(
     assert log_in(Client(), alice.email, new).status_code == 302
 
 
-def test_password_reset_for_an_unknown_email_sends_nothing(client, django_capture_on_commit_callbacks):
+def test_password_reset_for_an_unknown_email_sends_nothing(
+    client, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as callbacks:
         response = client.post("/password-reset/", {"email": "nobody@example.com"})
     assert response.headers["Location"] == "/password-reset/sent/"

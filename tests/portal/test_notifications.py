@@ -24,7 +24,7 @@ def scan() -> None:
 
 
 def sent() -> list[tuple[str, str]]:
-    return sorted((m.to[0], m.subject) for m in mail.outbox)
+    return sorted((m.to[0], str(m.subject)) for m in mail.outbox)
 
 
 @pytest.fixture
@@ -35,7 +35,9 @@ def started(world):
     return world
 
 
-def test_an_incident_is_told_once_when_opened_and_once_when_resolved(started, oscar, alice, bob, now):
+def test_an_incident_is_told_once_when_opened_and_once_when_resolved(
+    started, oscar, alice, bob, now
+):
     incident = operations.incident_open(
         scope=Node.objects.get(hostname="fra1-a-n01"),
         title="Power loss on fra1-a-n01",
@@ -76,7 +78,9 @@ def test_preferences_decide_who_is_told(started, oscar, alice, bob, now):
     scan()
     notices_send(now=NOW)
     # Only bob: alice turned maintenance emails off. (X is bob's now; A1, A2 alice's.)
-    assert sent() == [("bob@owner.example", "[Steward] Maintenance announced: Cooling loop service")]
+    assert sent() == [
+        ("bob@owner.example", "[Steward] Maintenance announced: Cooling loop service")
+    ]
 
 
 def test_maintenance_announced_later_waits_until_then(started, oscar, bob, now):
@@ -96,7 +100,9 @@ def test_maintenance_announced_later_waits_until_then(started, oscar, bob, now):
 
 def test_a_gpu_down_longer_than_the_threshold_is_told_once(started, alice, now):
     NotificationPreference.objects.create(user=alice, gpu_down_after_minutes=30)
-    GpuStateTransition.objects.create(gpu=started.a1, state="down", at=NOW - dt.timedelta(minutes=10))
+    GpuStateTransition.objects.create(
+        gpu=started.a1, state="down", at=NOW - dt.timedelta(minutes=10)
+    )
     scan()
     assert OutageWatch.objects.count() == 1
     assert Notice.objects.count() == 0  # 10 minutes: not yet
@@ -113,14 +119,18 @@ def test_a_gpu_down_longer_than_the_threshold_is_told_once(started, alice, now):
     assert Notice.objects.count() == 1
 
 
-def test_silence_is_told_as_silence_with_each_users_threshold(started, alice, bob, alice_owner, now):
+def test_silence_is_told_as_silence_with_each_users_threshold(
+    started, alice, bob, alice_owner, now
+):
     from accounts import services as accounts
 
     colleague = accounts.user_create(email="cole@owner.example", password="p" * 14)
     accounts.membership_grant(user=colleague, owner=alice_owner, role="viewer")
     NotificationPreference.objects.create(user=alice, gpu_down_after_minutes=5)
     NotificationPreference.objects.create(user=colleague, gpu_down_after_minutes=60)
-    GpuStateTransition.objects.create(gpu=started.a1, state="no_data", at=NOW - dt.timedelta(minutes=6))
+    GpuStateTransition.objects.create(
+        gpu=started.a1, state="no_data", at=NOW - dt.timedelta(minutes=6)
+    )
     scan()
     assert [(n.user, n.kind) for n in Notice.objects.all()] == [(alice, NoticeKind.GPU_SILENT)]
     notices_send(now=dt.datetime.now(dt.UTC))
@@ -143,7 +153,9 @@ def test_no_gpu_notice_during_planned_maintenance_or_when_turned_off(started, os
         by=oscar,
     )
     NotificationPreference.objects.create(user=alice, gpu_down_after_minutes=5, maintenance=False)
-    GpuStateTransition.objects.create(gpu=started.a1, state="down", at=NOW - dt.timedelta(minutes=30))
+    GpuStateTransition.objects.create(
+        gpu=started.a1, state="down", at=NOW - dt.timedelta(minutes=30)
+    )
     scan()
     assert not Notice.objects.filter(kind=NoticeKind.GPU_DOWN).exists()
     NotificationPreference.objects.filter(user=alice).update(gpu_down=False)
@@ -156,7 +168,10 @@ def test_the_outage_scan_reads_only_new_transitions_and_watched_gpus(
     started, django_assert_max_num_queries, now
 ):
     GpuStateTransition.objects.bulk_create(
-        [GpuStateTransition(gpu=started.a2, state="up", at=NOW - dt.timedelta(minutes=n)) for n in range(1, 200)]
+        [
+            GpuStateTransition(gpu=started.a2, state="up", at=NOW - dt.timedelta(minutes=n))
+            for n in range(1, 200)
+        ]
     )
     with django_assert_max_num_queries(14):
         scan()
@@ -178,17 +193,27 @@ def test_every_notice_body_keeps_the_wording_rule(started, oscar, alice, now):
         by=oscar,
     )
     GpuStateTransition.objects.create(gpu=started.a2, state="down", at=NOW - dt.timedelta(hours=1))
-    GpuStateTransition.objects.create(gpu=started.a1, state="no_data", at=NOW - dt.timedelta(hours=1))
+    GpuStateTransition.objects.create(
+        gpu=started.a1, state="no_data", at=NOW - dt.timedelta(hours=1)
+    )
     scan()
     kinds = set(Notice.objects.values_list("kind", flat=True))
-    assert kinds == {"incident_opened", "incident_resolved", "maintenance_announced", "gpu_down", "gpu_silent"}
+    assert kinds == {
+        "incident_opened",
+        "incident_resolved",
+        "maintenance_announced",
+        "gpu_down",
+        "gpu_silent",
+    }
     for notice in Notice.objects.all():
         assert forbidden_wording(notice.subject + "\n" + notice.body, markup=False) == []
 
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_beat_task_scans_and_a_real_worker_sends(celery_worker, oscar, alice_owner, bob_owner, alice, bob):
+def test_beat_task_scans_and_a_real_worker_sends(
+    celery_worker, oscar, alice_owner, bob_owner, alice, bob
+):
     from portal.tasks import notifications_scan as scan_task
     from tests.portal.world import build
 

@@ -10,11 +10,11 @@ import pytest
 from django.urls import reverse
 
 from accounts import services as accounts
+from billing.engine.intervals import Interval
 from fleet.models import Gpu, GpuModel
 from fleet.services import ownership
 from portal import selectors
 from portal.accounting import Figures, seconds_per_hour
-from billing.engine.intervals import Interval
 from tests.portal.world import NOV, NOW, at
 
 pytestmark = pytest.mark.django_db
@@ -41,9 +41,7 @@ def test_seconds_per_hour_splits_at_hour_boundaries():
 def test_overview_figures_follow_the_accounting_precedence(client, world, alice):
     """alice in November: A1 482 h up, 2 down, 6 no data, 2 maintenance; A2 26 h down
     (the open incident), 2 maintenance, 464 no data; X until Nov 10 (216 h, no data)."""
-    overview = selectors.fleet_overview(
-        user=alice, period=selectors.month_period(now=NOW), now=NOW
-    )
+    overview = selectors.fleet_overview(user=alice, period=selectors.month_period(now=NOW), now=NOW)
     assert overview.figures == Figures(
         in_service_s=1200 * 3600,
         maintenance_s=4 * 3600,
@@ -153,7 +151,7 @@ def test_gpu_page_shows_identity_history_timeline_and_charts(client, world, alic
     assert "fra1-a-n01" in page and "Alice Compute Ltd" in page and "100.00 %" in page
     assert body.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart') == 4
     assert 'aria-labelledby="timeline-title timeline-desc"' in body
-    assert "<title id=\"chart-util-title\">GPU utilization, hourly mean (%)</title>" in body
+    assert '<title id="chart-util-title">GPU utilization, hourly mean (%)</title>' in body
     assert "Down: 05 Nov 10:00 – 05 Nov 12:00 UTC" in body
     assert "Maintenance: 12 Nov 02:00 – 12 Nov 04:00 UTC" in body
     assert "No data: 08 Nov 00:00 – 08 Nov 06:00 UTC" in body
@@ -162,7 +160,9 @@ def test_gpu_page_shows_identity_history_timeline_and_charts(client, world, alic
     assert "Thu 05 Nov 2026 22.0 2.0 0.0 0.0 50.0 % 700.0 65.0" in page
 
 
-def test_gpu_page_of_a_sold_gpu_names_no_other_owner_and_stops_at_the_sale(client, world, alice, bob):
+def test_gpu_page_of_a_sold_gpu_names_no_other_owner_and_stops_at_the_sale(
+    client, world, alice, bob
+):
     client.force_login(alice)
     page = text(client.get(reverse("portal:gpu", args=[world.x.pk])))
     assert "Bob Chen" not in page
@@ -228,14 +228,14 @@ def test_csv_cells_cannot_smuggle_formulas(client, world, bob, oscar):
 
     operations.incident_open(
         scope=Node.objects.get(hostname="fra1-b-n01"),
-        title="=HYPERLINK(\"http://x\")",
+        title='=HYPERLINK("http://x")',
         cause="power",
         started_at=at(21, 1),
         by=oscar,
     )
     client.force_login(bob)
     rows = rows_of(client.get("/incidents/?export=incidents"))
-    assert rows[1][0] == "'=HYPERLINK(\"http://x\")"
+    assert rows[1][0] == '\'=HYPERLINK("http://x")'
 
 
 def test_figures_query_count_does_not_grow_with_gpus(django_assert_max_num_queries, world, alice):

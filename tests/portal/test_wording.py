@@ -88,7 +88,7 @@ def demo(oscar):
     """The demo fleet, with a month of telemetry on one of alice's GPUs and an incident."""
     seed_demo(password=PASSWORD)
     alice = User.objects.get(email="alice@owner.example")
-    gpu = gpus_for_user(user=alice).order_by("serial").first()
+    gpu = gpus_for_user(user=alice).order_by("serial")[0]
     now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     GpuStateTransition.objects.create(gpu=gpu, state="up", at=now - dt.timedelta(days=31))
     HourlyRollup.objects.bulk_create(
@@ -128,7 +128,7 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
     samples = {
         "gpu_id": gpu.pk,
         "incident_id": incident.pk,
-        "window_id": MaintenanceWindow.objects.order_by("pk").first().pk,
+        "window_id": MaintenanceWindow.objects.order_by("pk")[0].pk,
         "session_id": UserSession.objects.get(user=alice).pk,
         "uidb64": urlsafe_base64_encode(force_bytes(alice.pk)),
         "token": default_token_generator.make_token(alice),

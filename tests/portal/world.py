@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from accounts.models import Owner, User
-from fleet.models import Cluster, Gpu, GpuModel, Incident, IncidentCause, MaintenanceWindow, Node, Site
+from fleet.models import (
+    Cluster,
+    Gpu,
+    GpuModel,
+    Incident,
+    IncidentCause,
+    MaintenanceWindow,
+    Node,
+    Site,
+)
 from fleet.services import importing, lifecycle, operations, ownership
 from telemetry.models import GpuStateTransition, HourlyRollup
 
@@ -66,7 +75,9 @@ def build(*, oscar: User, alice_owner: Owner, bob_owner: Owner) -> World:
         for g in importing.gpu_import_commit(text="\n".join(lines) + "\n", by=oscar, reason="t")
     }
     everyone = list(gpus.values())
-    lifecycle.gpus_transition(gpus=everyone, state="burn_in", at=at(2, month=9), by=oscar, reason="r")
+    lifecycle.gpus_transition(
+        gpus=everyone, state="burn_in", at=at(2, month=9), by=oscar, reason="r"
+    )
     lifecycle.gpus_transition(
         gpus=everyone, state="in_service", at=at(5, month=9), by=oscar, reason="ok"
     )
