@@ -42,7 +42,7 @@ def scope_text(scoped: Incident | MaintenanceWindow) -> str:
     if scoped.node_id is not None and scoped.node is not None:
         return f"Node {scoped.node.hostname}"
     if scoped.cluster_id is not None and scoped.cluster is not None:
-        return f"Cluster {scoped.cluster.name}"
+        return f"Cluster {scoped.cluster}"
     return f"Site {scoped.site.name}" if scoped.site else "—"
 
 

@@ -54,7 +54,16 @@ class World:
     gpu_incident: Incident
 
 
-def build(*, oscar: User, alice_owner: Owner, bob_owner: Owner) -> World:
+def build(
+    *, oscar: User, alice_owner: Owner, bob_owner: Owner, now: dt.datetime = NOW
+) -> World:
+    """The world as of ``now`` (a whole hour): every date moves with it, so browser tests can
+    run on the real clock."""
+    shift = now - NOW
+
+    def at(day: int, hour: int = 0, month: int = 11) -> dt.datetime:
+        return dt.datetime(2026, month, day, hour, tzinfo=UTC) + shift
+
     site = Site.objects.create(code="fra1", name="Frankfurt 1", country="DE")
     cluster_a = Cluster.objects.create(site=site, code="a", name="Cluster A")
     cluster_b = Cluster.objects.create(site=site, code="b", name="Cluster B")
@@ -140,7 +149,7 @@ def build(*, oscar: User, alice_owner: Owner, bob_owner: Owner) -> World:
     )
     rollups = []
     hour = at(22, 0, month=10)
-    while hour < NOW:
+    while hour < now:
         silent = at(5, 10) <= hour < at(5, 12) or at(8, 0) <= hour < at(8, 6)
         if not silent:
             rollups.append(

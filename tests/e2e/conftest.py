@@ -1,0 +1,92 @@
+"""Browser tests: Playwright driving Debian's Chromium against pytest-django's live server.
+
+``playwright install`` cannot download browsers here; the Python package drives the system
+Chromium (apt's ``chromium``, installed by ``.ci/run``). Without it these tests are skipped
+with the reason — except under CI, where a missing browser is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = os.environ.get("STEWARD_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+
+
+def _chromium_present() -> bool:
+    return Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is not None
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not _chromium_present():
+        message = f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI must run the browser tests")
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop on this thread; the tests' own ORM calls are
+    # synchronous and safe, so Django's async guard is told so for the browser tests only.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+            )
+            try:
+                yield launched
+            finally:
+                launched.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    context = browser.new_context(
+        base_url=live_server.url, viewport={"width": 1280, "height": 900}, locale="en-GB"
+    )
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("console", lambda m: m.type == "error" and problems.append(m.text))
+    opened.on("pageerror", lambda e: problems.append(str(e)))
+    opened.on(
+        "response",
+        lambda r: r.status >= 400 and problems.append(f"{r.status} {r.request.method} {r.url}"),
+    )
+    opened.problems = problems
+    try:
+        yield opened
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def screenshot() -> Any:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def take(page: Any, name: str) -> Path:
+        path = SCREENSHOTS / f"{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        return path
+
+    return take
