@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 from html import escape
 
 # Colours reach 3:1 or more against white (WCAG 1.4.11); no-data is also hatched.
@@ -222,7 +222,3 @@ def _segments(points: Sequence[Point]) -> list[list[Point]]:
             out.append([point])
         previous = point
     return out
-
-
-def ceil_to(value: Decimal, quantum: str) -> Decimal:
-    return value.quantize(Decimal(quantum), rounding=ROUND_CEILING)

@@ -31,8 +31,16 @@ def _chromium_present() -> bool:
     return Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is not None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium per test module.
+
+    Playwright's sync API keeps an asyncio loop running on this thread for as long as it is
+    open, and Django refuses ORM calls under a running loop. The tests' ORM calls are plain
+    synchronous ones, so the guard is lifted while the browser is open — module-scoped, so
+    the loop and the variable are gone before any other module runs (a leaked variable would
+    also fail ``check --deploy`` in later tests).
+    """
     if not _chromium_present():
         message = f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
         if os.environ.get("CI"):
@@ -40,8 +48,6 @@ def browser() -> Iterator[Any]:
         pytest.skip(message)
     from playwright.sync_api import sync_playwright
 
-    # Playwright's sync API keeps an event loop on this thread; the tests' own ORM calls are
-    # synchronous and safe, so Django's async guard is told so for the browser tests only.
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:

@@ -34,7 +34,6 @@ def axe_check(page: Any, name: str) -> None:
     assert bad == [], f"{name}: {bad}"
 
 
-
 def test_owner_logs_in_with_a_code_and_reads_a_gpu(
     page, screenshot, oscar, alice_owner, bob_owner, alice, bob
 ):

@@ -54,9 +54,7 @@ class World:
     gpu_incident: Incident
 
 
-def build(
-    *, oscar: User, alice_owner: Owner, bob_owner: Owner, now: dt.datetime = NOW
-) -> World:
+def build(*, oscar: User, alice_owner: Owner, bob_owner: Owner, now: dt.datetime = NOW) -> World:
     """The world as of ``now`` (a whole hour): every date moves with it, so browser tests can
     run on the real clock."""
     shift = now - NOW
