@@ -73,12 +73,18 @@ def page(browser: Any, live_server: Any) -> Iterator[Any]:
     )
     opened = context.new_page()
     problems: list[str] = []
-    opened.on("console", lambda m: m.type == "error" and problems.append(m.text))
-    opened.on("pageerror", lambda e: problems.append(str(e)))
-    opened.on(
-        "response",
-        lambda r: r.status >= 400 and problems.append(f"{r.status} {r.request.method} {r.url}"),
-    )
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":  # CSP violations are reported here too
+            problems.append(message.text)
+
+    def on_response(response: Any) -> None:
+        if response.status >= 400:
+            problems.append(f"{response.status} {response.request.method} {response.url}")
+
+    opened.on("console", on_console)
+    opened.on("pageerror", lambda error: problems.append(str(error)))
+    opened.on("response", on_response)
     opened.problems = problems
     try:
         yield opened
