@@ -9,11 +9,12 @@ STAMP := $(VENV)/.installed
 TOOL_ENV := DATABASE_URL=$${DATABASE_URL:-postgresql://steward@localhost/steward} \
             REDIS_URL=$${REDIS_URL:-redis://localhost:6379/0}
 
-.PHONY: help install demo test lint format check bench lock clean
+.PHONY: help install demo test e2e lint format check bench lock clean
 
 help:
 	@echo "make demo     set up, start embedded PostgreSQL + Redis, migrate, seed, run web + worker + beat"
 	@echo "make test     run the whole test suite (real PostgreSQL and Redis)"
+	@echo "make e2e      only the browser tests (Playwright + Chromium; screenshots in var/screenshots)"
 	@echo "make lint     ruff, ruff format --check, mypy, import contracts"
 	@echo "make check    makemigrations --check and check --deploy with production settings"
 	@echo "make bench    run the benchmarks in bench/"
@@ -36,6 +37,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m config.embedded -- $(PY) -m pytest $(PYTEST_ARGS)
+
+e2e: $(STAMP)
+	$(PY) -m config.embedded -- $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

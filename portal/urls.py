@@ -1,18 +1,41 @@
-from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from portal import views
+from portal.views import account, auth, events, fleet
 
 app_name = "portal"
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", fleet.overview, name="home"),
+    path("gpus/", fleet.gpu_list, name="gpus"),
+    path("gpus/<uuid:gpu_id>/", fleet.gpu_page, name="gpu"),
+    path("incidents/", events.incidents, name="incidents"),
+    path("incidents/<int:incident_id>/", events.incident, name="incident"),
+    path("maintenance/", events.maintenance, name="maintenance"),
+    path("maintenance/<int:window_id>/", events.maintenance_window, name="maintenance-window"),
+    path("settings/notifications/", account.notification_settings, name="notifications"),
+    path("settings/security/", account.security, name="security"),
+    path("settings/security/2fa/enrol/", account.two_factor_enrol, name="2fa-enrol"),
+    path("settings/security/2fa/disable/", account.two_factor_disable, name="2fa-disable"),
+    path("settings/security/2fa/recovery-codes/", account.recovery_codes, name="recovery-codes"),
     path(
-        "login/",
-        auth_views.LoginView.as_view(
-            template_name="portal/login.html", redirect_authenticated_user=True
-        ),
-        name="login",
+        "settings/security/sessions/<int:session_id>/revoke/",
+        account.session_revoke,
+        name="session-revoke",
     ),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "settings/security/sessions/revoke-others/",
+        account.sessions_revoke_others,
+        name="sessions-revoke-others",
+    ),
+    path("login/", auth.login_view, name="login"),
+    path("login/verify/", auth.login_verify, name="login-verify"),
+    path("logout/", auth.logout_view, name="logout"),
+    path("password-reset/", auth.password_reset, name="password-reset"),
+    path("password-reset/sent/", auth.password_reset_sent, name="password-reset-sent"),
+    path(
+        "password-reset/<uidb64>/<token>/",
+        auth.password_reset_confirm,
+        name="password-reset-confirm",
+    ),
+    path("password-reset/done/", auth.password_reset_done, name="password-reset-done"),
 ]

@@ -1,0 +1,1 @@
+"""Writes of the portal: login throttling, sessions, second factor, password reset, notices."""

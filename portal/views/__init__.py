@@ -1,0 +1,1 @@
+"""The portal's pages: thin views over ``portal.access``, ``portal.selectors`` and services."""

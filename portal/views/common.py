@@ -1,0 +1,61 @@
+"""What every owner page shares: who may enter, the clock, and the period picker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import logout
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponseBase
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django_otp import user_has_device
+
+from accounts.models import User
+from portal.selectors import Period, month_period, recent_months
+
+View = Callable[..., HttpResponseBase]
+
+
+def owner_view(view: View) -> View:
+    """Logged in (else to the login page), and verified by the second factor if the user has
+    one: a session from before enrolment on another device is logged out."""
+
+    @wraps(view)
+    @never_cache
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        user = request.user
+        if not user.is_authenticated or not isinstance(user, User):
+            return redirect_to_login(request.get_full_path(), reverse("portal:login"))
+        if user_has_device(user) and not getattr(user, "is_verified", lambda: False)():
+            logout(request)
+            messages.info(request, "Log in again with your authentication code.")
+            return redirect_to_login(request.get_full_path(), reverse("portal:login"))
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def the_user(request: HttpRequest) -> User:
+    assert isinstance(request.user, User)
+    return request.user
+
+
+def now() -> datetime:
+    return timezone.now()
+
+
+def period_of(request: HttpRequest, at: datetime) -> Period:
+    return month_period(now=at, key=request.GET.get("period"))
+
+
+def period_choices(at: datetime) -> list[tuple[str, str]]:
+    return [
+        (p.key, f"{p.label} (month to date)" if p.running else p.label)
+        for p in recent_months(now=at)
+    ]

@@ -1,0 +1,413 @@
+"""Fleet overview, the GPU list and a GPU's page."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.safestring import mark_safe
+
+from accounts.models import Owner
+from portal import charts, selectors
+from portal.access import (
+    gpu_for_user,
+    incidents_for_user,
+    maintenance_for_user,
+    owners_of_user,
+)
+from portal.forms import GpuFilterForm, PeriodForm
+from portal.tables import (
+    Column,
+    Table,
+    csv_response,
+    export_of,
+    fmt_bps,
+    fmt_decimal,
+    fmt_hours,
+    fmt_pct,
+    fmt_when,
+    with_export_links,
+)
+from portal.views.common import now, owner_view, period_choices, period_of, the_user
+from portal.views.events import incident_table, maintenance_table
+from telemetry.models import GpuState
+
+PAGE_SIZE = 25
+
+
+def _page(
+    request: HttpRequest, template: str, context: dict[str, Any], tables: list[Table]
+) -> HttpResponseBase:
+    wanted = export_of(request, tables)
+    if wanted is not None:
+        return csv_response(wanted, stamp=now())
+    with_export_links(request, tables)
+    return render(request, template, {**context, "tables": {t.name: t for t in tables}})
+
+
+def _count_table(name: str, caption: str, rows: list[tuple[str, int]]) -> Table:
+    return Table(
+        name=name,
+        caption=caption,
+        columns=[
+            Column("State", lambda r: r[0]),
+            Column("GPUs", lambda r: r[1], numeric=True),
+        ],
+        rows=rows,
+        empty="No GPUs.",
+    )
+
+
+@owner_view
+def overview(request: HttpRequest) -> HttpResponseBase:
+    user, at = the_user(request), now()
+    period = period_of(request, at)
+    data = selectors.fleet_overview(user=user, period=period, now=at)
+    tables = [
+        _count_table("lifecycle", "GPUs you hold now, by lifecycle state", data.by_lifecycle),
+        _count_table("telemetry", "GPUs you hold now, by what telemetry says", data.by_telemetry),
+        incident_table(data.open_incidents, caption="Open incidents affecting your GPUs"),
+        maintenance_table(data.upcoming_maintenance, caption="Upcoming maintenance"),
+    ]
+    owners: list[Owner] = list(owners_of_user(user=user))
+    context = {
+        "owners": owners,
+        "data": data,
+        "period_form": PeriodForm({"period": period.key}, periods=period_choices(at)),
+        "figures": _figure_cards(data.figures),
+    }
+    return _page(request, "portal/overview.html", context, tables)
+
+
+def _figure_cards(figures: Any) -> list[tuple[str, str, str]]:
+    return [
+        ("Availability", fmt_pct(figures.availability), "up ÷ (in service − maintenance)"),
+        ("Utilization", fmt_pct(figures.utilization), "mean over up time"),
+        ("Hours up", fmt_hours(figures.up_s), ""),
+        ("Hours down", fmt_hours(figures.down_s), "telemetry down or an incident"),
+        ("Hours in maintenance", fmt_hours(figures.maintenance_s), "planned"),
+        ("Hours with no data", fmt_hours(figures.no_data_s), "agent silent; not the same as down"),
+    ]
+
+
+def gpu_table(rows: Any, *, export_rows: Any = None, caption: str) -> Table:
+    return Table(
+        name="gpus",
+        caption=caption,
+        columns=[
+            Column(
+                "Serial",
+                lambda r: r.gpu.serial,
+                link=lambda r: reverse("portal:gpu", args=[r.gpu.pk]),
+            ),
+            Column("Model", lambda r: r.gpu.model.name),
+            Column("Cluster", lambda r: r.cluster),
+            Column("Node", lambda r: r.node),
+            Column("Slot", lambda r: r.slot, numeric=True),
+            Column(
+                "Lifecycle",
+                lambda r: r.gpu.lifecycle_state,
+                text=lambda r: r.gpu.get_lifecycle_state_display(),
+                badge=True,
+            ),
+            Column(
+                "Telemetry now",
+                lambda r: r.telemetry,
+                text=lambda r: GpuState(r.telemetry).label,
+                badge=True,
+            ),
+            Column(
+                "Your share now",
+                lambda r: r.share_bps,
+                text=lambda r: fmt_bps(r.share_bps),
+                numeric=True,
+                csv_label="your_share_bps",
+            ),
+            Column(
+                "Availability",
+                lambda r: _q(r.figures.availability),
+                text=lambda r: fmt_pct(r.figures.availability),
+                numeric=True,
+            ),
+            Column(
+                "Utilization",
+                lambda r: _q(r.figures.utilization),
+                text=lambda r: fmt_pct(r.figures.utilization),
+                numeric=True,
+            ),
+            Column(
+                "Hours no data",
+                lambda r: fmt_hours(r.figures.no_data_s),
+                numeric=True,
+            ),
+        ],
+        rows=rows,
+        export_rows=export_rows,
+        empty="No GPUs match these filters.",
+    )
+
+
+def _q(value: Any) -> str | None:
+    return None if value is None else fmt_decimal(value, 6)
+
+
+@owner_view
+def gpu_list(request: HttpRequest) -> HttpResponseBase:
+    user, at = the_user(request), now()
+    models = [(str(m.pk), m.name) for m in selectors.model_choices(user=user)]
+    form = GpuFilterForm(
+        request.GET or None,
+        clusters=selectors.cluster_choices(user=user, now=at),
+        models=models,
+        periods=period_choices(at),
+    )
+    filters = selectors.GpuFilters(
+        lifecycle=form.value("lifecycle"),
+        telemetry=form.value("telemetry"),
+        cluster=form.value("cluster"),
+        model=form.value("model"),
+        held=form.value("held", "now"),
+        sort=form.value("sort", "serial"),
+    )
+    period = period_of(request, at)
+    rows = selectors.gpu_rows(user=user, filters=filters, period=period, now=at)
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    table = gpu_table(
+        page.object_list,
+        export_rows=rows,
+        caption=f"Your GPUs — availability and utilization for {period.label}",
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "form": form,
+        "page": page,
+        "period": period,
+        "filters": filters,
+        "query": query.urlencode(),
+        "sort_links": _sort_links(request, filters.sort),
+        "count": len(rows),
+    }
+    return _page(request, "portal/gpu_list.html", context, [table])
+
+
+def _sort_links(request: HttpRequest, current: str) -> dict[str, dict[str, str]]:
+    links = {}
+    for key in selectors.SORTS:
+        query = request.GET.copy()
+        query.pop("page", None)
+        descending = current == key
+        query["sort"] = f"-{key}" if descending else key
+        state = "none"
+        if current == key:
+            state = "ascending"
+        elif current == f"-{key}":
+            state = "descending"
+        links[key] = {"href": f"?{query.urlencode()}", "aria": state}
+    return links
+
+
+@owner_view
+def gpu_page(request: HttpRequest, gpu_id: Any) -> HttpResponseBase:
+    user, at = the_user(request), now()
+    gpu = gpu_for_user(user=user, gpu_id=gpu_id)
+    detail = selectors.gpu_detail(user=user, gpu=gpu, now=at)
+    history = selectors.gpu_placements(gpu=gpu)
+    tables = [
+        _days_table(detail),
+        _hours_table(detail),
+        Table(
+            name="placements",
+            caption="Placement history",
+            columns=[
+                Column("Site", lambda p: p.node.cluster.site.name),
+                Column("Cluster", lambda p: str(p.node.cluster)),
+                Column("Node", lambda p: p.node.hostname),
+                Column("Slot", lambda p: p.slot, numeric=True),
+                Column("From", lambda p: p.valid_from, text=lambda p: fmt_when(p.valid_from)),
+                Column(
+                    "Until",
+                    lambda p: p.valid_to,
+                    text=lambda p: fmt_when(p.valid_to) if p.valid_to else "now",
+                ),
+            ],
+            rows=history,
+            empty="This GPU has not been placed in a node.",
+        ),
+        Table(
+            name="ownership",
+            caption="Ownership history (shares in percent of the GPU)",
+            columns=[
+                Column("Owner", lambda o: o["owner"]),
+                Column(
+                    "Share",
+                    lambda o: o["share_bps"],
+                    text=lambda o: fmt_bps(o["share_bps"]),
+                    numeric=True,
+                    csv_label="share_bps",
+                ),
+                Column("From", lambda o: o["valid_from"], text=lambda o: fmt_when(o["valid_from"])),
+                Column(
+                    "Until",
+                    lambda o: o["valid_to"],
+                    text=lambda o: fmt_when(o["valid_to"]) if o["valid_to"] else "now",
+                ),
+            ],
+            rows=selectors.ownership_history(user=user, gpu=gpu),
+        ),
+        incident_table(
+            list(incidents_for_user(user=user, gpu=gpu).order_by("-started_at")),
+            caption="Incidents that affected this GPU while you held it",
+        ),
+        maintenance_table(
+            list(maintenance_for_user(user=user, gpu=gpu).order_by("-starts_at")),
+            caption="Maintenance covering this GPU while you hold it",
+        ),
+    ]
+    context = {
+        "gpu": gpu,
+        "detail": detail,
+        "placement": history[-1] if history and history[-1].valid_to is None else None,
+        "figures": _figure_cards(detail.figures),
+        "timeline": mark_safe(_timeline(detail)),  # noqa: S308 - built by portal.charts, escaped
+        "charts": [mark_safe(svg) for svg in _charts(detail)],  # noqa: S308 - as above
+        "legend": [(key, label, colour) for key, (colour, label) in charts.STATE_STYLE.items()],
+        "share": fmt_bps(detail.share_bps),
+    }
+    return _page(request, "portal/gpu.html", context, tables)
+
+
+def _timeline(detail: selectors.GpuDetail) -> str:
+    states = [(h.hour, h.state) for h in detail.hours]
+    start, end = detail.window
+    return charts.timeline_svg(
+        states,
+        title=f"Uptime of GPU {detail.gpu.serial}, hour by hour",
+        desc=f"{len(states)} hours from {fmt_when(start)} to {fmt_when(end)}; each hour is "
+        "coloured by the state that held most of it. The table 'By day' below lists the "
+        "same hours.",
+        id_prefix="timeline",
+    )
+
+
+def _charts(detail: selectors.GpuDetail) -> list[str]:
+    start, end = detail.window
+    span = f"from {fmt_when(start)} to {fmt_when(end)}"
+    return [
+        charts.line_chart_svg(
+            [charts.Point(m.hour, m.utilization) for m in detail.metrics],
+            title="GPU utilization, hourly mean (%)",
+            desc=f"Hourly mean utilization while reporting, {span}. Figures by day are in "
+            "the table 'By day'.",
+            unit="%",
+            id_prefix="chart-util",
+            y_max=Decimal(100),
+            area=True,
+            start=start,
+            end=end,
+        ),
+        charts.line_chart_svg(
+            [charts.Point(m.hour, m.power_w) for m in detail.metrics],
+            title="Power draw, hourly mean (W)",
+            desc=f"Mean power from the energy counter per hour, {span}.",
+            unit=" W",
+            id_prefix="chart-power",
+            colour="#7a4b00",
+            start=start,
+            end=end,
+        ),
+        charts.line_chart_svg(
+            [
+                charts.Point(m.hour, None if m.temp_max_c is None else Decimal(str(m.temp_max_c)))
+                for m in detail.metrics
+            ],
+            title="Temperature, hourly maximum (°C)",
+            desc=f"Highest GPU temperature reported in each hour, {span}.",
+            unit=" °C",
+            id_prefix="chart-temp",
+            colour="#8c1f4e",
+            start=start,
+            end=end,
+        ),
+    ]
+
+
+def _days_table(detail: selectors.GpuDetail) -> Table:
+    return Table(
+        name="days",
+        caption="By day (UTC): hours in each state, utilization, power and temperature",
+        columns=[
+            Column("Day", lambda d: d.day.date(), text=lambda d: f"{d.day:%a %d %b %Y}"),
+            Column("Up (h)", lambda d: fmt_hours(d.up_s), numeric=True),
+            Column("Down (h)", lambda d: fmt_hours(d.down_s), numeric=True),
+            Column("Maintenance (h)", lambda d: fmt_hours(d.maintenance_s), numeric=True),
+            Column("No data (h)", lambda d: fmt_hours(d.no_data_s), numeric=True),
+            Column(
+                "Utilization",
+                lambda d: fmt_decimal(d.utilization, 2) if d.utilization is not None else None,
+                text=lambda d: (
+                    fmt_decimal(d.utilization, 1) + (" %" if d.utilization is not None else "")
+                ),
+                numeric=True,
+                csv_label="utilization_pct",
+            ),
+            Column(
+                "Power (W)",
+                lambda d: fmt_decimal(d.power_w, 1) if d.power_w is not None else None,
+                numeric=True,
+                csv_label="power_w",
+            ),
+            Column(
+                "Max temperature (°C)",
+                lambda d: fmt_decimal(d.temp_max_c, 1) if d.temp_max_c is not None else None,
+                numeric=True,
+                csv_label="temp_max_c",
+            ),
+        ],
+        rows=list(reversed(detail.days)),
+    )
+
+
+def _hours_table(detail: selectors.GpuDetail) -> Table:
+    """Hour by hour; offered as CSV (the page shows the days)."""
+    metrics = {m.hour: m for m in detail.metrics}
+    rows = [(h, metrics.get(h.hour)) for h in detail.hours]
+    return Table(
+        name="hours",
+        caption="Hour by hour (UTC)",
+        columns=[
+            Column("Hour", lambda r: r[0].hour),
+            Column("State", lambda r: r[0].state),
+            Column("Up (s)", lambda r: r[0].up),
+            Column("Down (s)", lambda r: r[0].down),
+            Column("Maintenance (s)", lambda r: r[0].maintenance),
+            Column("No data (s)", lambda r: r[0].no_data),
+            Column(
+                "Utilization (%)",
+                lambda r: (
+                    fmt_decimal(r[1].utilization, 2)
+                    if r[1] and r[1].utilization is not None
+                    else None
+                ),
+            ),
+            Column(
+                "Power (W)",
+                lambda r: (
+                    fmt_decimal(r[1].power_w, 1) if r[1] and r[1].power_w is not None else None
+                ),
+            ),
+            Column(
+                "Max temperature (°C)",
+                lambda r: (
+                    fmt_decimal(r[1].temp_max_c, 1)
+                    if r[1] and r[1].temp_max_c is not None
+                    else None
+                ),
+            ),
+        ],
+        rows=rows,
+    )

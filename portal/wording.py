@@ -1,0 +1,78 @@
+"""The wording rule: nothing an owner reads promises an outcome.
+
+Owning GPUs guarantees nothing; Steward never shows a projection, forecast or expected return,
+and never uses words that sell certainty ("guaranteed", "risk-free", "passive income", "ROI").
+``forbidden_wording`` finds such wording in text (an HTML page, an email) so that tests can
+check every owner-facing page and message. "Guarantee" is allowed only when denied — "not
+guaranteed", "no guarantee", "does not guarantee" — because the disclosures must say exactly
+that.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+# (name, pattern) — matched case-insensitively against visible text.
+FORBIDDEN: tuple[tuple[str, str], ...] = (
+    ("risk-free", r"\brisk[\s\-‐–]*free\b"),
+    ("passive income", r"\bpassive[\s\-]+income\b"),
+    ("ROI", r"\bROI\b"),
+    ("return on investment", r"\breturns?\s+on\s+(?:your\s+)?investment\b"),
+    ("expected return", r"\bexpected\s+(?:returns?|earnings|income|profits?|payouts?)\b"),
+    (
+        "projection",
+        r"\bproject(?:ed|ion|ions|s)?\s+(?:earnings|income|returns?|revenue|payouts?|profits?)\b",
+    ),
+    ("projection", r"\bprojections?\b"),
+    ("forecast", r"\bforecast(?:s|ed|ing)?\b"),
+    ("estimated earnings", r"\bestimated\s+(?:earnings|income|returns?|payouts?)\b"),
+    ("will earn", r"\b(?:will|going\s+to)\s+(?:earn|make|generate)\b"),
+    ("sure thing", r"\b(?:sure\s+thing|can(?:'|’)?t\s+lose|no[\s\-]+risk)\b"),
+)
+_GUARANTEE = re.compile(r"\bguarantee(?:d|s|ing)?\b", re.IGNORECASE)
+# A "guarantee" preceded closely by one of these is a denial, which the disclosures need.
+_DENIAL = re.compile(
+    r"\b(?:not|no|never|nor|without|cannot|can(?:'|’)?t|doesn(?:'|’)?t|don(?:'|’)?t|isn(?:'|’)?t|"
+    r"aren(?:'|’)?t|won(?:'|’)?t)\b(?:\W+\w+){0,3}\W*$",
+    re.IGNORECASE,
+)
+_HIDDEN = re.compile(r"<(script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]+>")
+_ATTRS = re.compile(r'\b(?:title|aria-label|alt|placeholder|value)="([^"]*)"', re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    excerpt: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: …{self.excerpt}…"
+
+
+def visible_text(markup: str) -> str:
+    """What a person (or a screen reader) gets from a page: text plus labelling attributes."""
+    without_code = _HIDDEN.sub(" ", markup)
+    labels = " ".join(_ATTRS.findall(without_code))
+    text = _TAG.sub(" ", without_code)
+    return re.sub(r"\s+", " ", html.unescape(f"{text} {labels}")).strip()
+
+
+def forbidden_wording(text: str, *, markup: bool = True) -> list[Finding]:
+    """Every forbidden phrase in ``text`` (HTML unless ``markup`` is False)."""
+    plain = visible_text(text) if markup else re.sub(r"\s+", " ", text)
+    findings: list[Finding] = []
+    for rule, pattern in FORBIDDEN:
+        for match in re.finditer(pattern, plain, re.IGNORECASE):
+            findings.append(Finding(rule, _excerpt(plain, match.start(), match.end())))
+    for match in _GUARANTEE.finditer(plain):
+        before = plain[max(0, match.start() - 40) : match.start()]
+        if not _DENIAL.search(before):
+            findings.append(Finding("guarantee", _excerpt(plain, match.start(), match.end())))
+    return findings
+
+
+def _excerpt(text: str, start: int, end: int) -> str:
+    return text[max(0, start - 30) : end + 30]
