@@ -50,4 +50,6 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 3600.0,
     },
     "telemetry-batches-purge": {"task": "telemetry.batches_purge", "schedule": 3600.0},
+    # Portal: notification emails from the audit trail and state changes, read forward.
+    "portal-notifications-scan": {"task": "portal.notifications_scan", "schedule": 60.0},
 }
