@@ -1,7 +1,11 @@
 """The partner API, mounted under /api/v1/ by config.urls."""
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
 
 from api import views
 
@@ -23,6 +27,6 @@ urlpatterns = [
     path("statements/<uuid:pk>/csv", views.StatementCsv.as_view(), name="statement-csv"),
     path("payouts", views.PayoutList.as_view(), name="payouts"),
     path("schema", SpectacularAPIView.as_view(), name="schema"),
-    path("docs", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("docs", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
 ]
