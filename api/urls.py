@@ -1,6 +1,6 @@
 """The partner API, mounted under /api/v1/ by config.urls."""
 
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import (
     SpectacularAPIView,
     SpectacularRedocView,
@@ -29,4 +29,5 @@ urlpatterns = [
     path("schema", SpectacularAPIView.as_view(), name="schema"),
     path("docs", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
+    re_path(r"", views.NoSuchEndpoint.as_view(), name="no-such-endpoint"),
 ]

@@ -16,12 +16,14 @@ from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
 from rest_framework.filters import BaseFilterBackend, OrderingFilter
 from rest_framework.generics import GenericAPIView, ListAPIView, RetrieveAPIView
 from rest_framework.pagination import BasePagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from accounts.models import ApiScope, Disclosure
 from api import access
@@ -460,3 +462,19 @@ class PayoutList(ApiView, ListAPIView[Any]):
         if "paid_before" in q:
             rows = rows.filter(paid_on__lt=q["paid_before"])
         return rows
+
+
+@extend_schema(exclude=True)
+class NoSuchEndpoint(APIView):
+    """Any other path under /api/v1/: a problem document, not the site's HTML page."""
+
+    authentication_classes = ()
+    permission_classes = ()
+    renderer_classes = (JSONRenderer,)
+
+    def get_exception_handler(self) -> Callable[..., Response | None]:
+        return problem_exception_handler
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        raise NotFound("No such endpoint; see /api/v1/schema.")
