@@ -7,6 +7,7 @@ import zoneinfo
 from typing import Any, ClassVar
 
 from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
@@ -232,3 +233,104 @@ class DisclosureAcknowledgement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} acknowledged {self.disclosure_id}"
+
+
+class ApiScope(models.TextChoices):
+    """What an API key or a partner grant allows; every endpoint needs exactly one."""
+
+    FLEET_READ = "fleet:read", "Read GPUs, ownership, placement, incidents and maintenance"
+    TELEMETRY_READ = "telemetry:read", "Read availability and utilization series"
+    STATEMENTS_READ = "statements:read", "Read statements, their lines and payouts"
+    WEBHOOKS_MANAGE = "webhooks:manage", "Manage webhook endpoints"
+
+
+def validate_scopes(value: list[str]) -> None:
+    unknown = sorted(set(value) - set(ApiScope.values))
+    if unknown or not value:
+        raise ValidationError(
+            f"Give one or more of {', '.join(ApiScope.values)}; unknown: {', '.join(unknown)}."
+        )
+
+
+class PartnerGrant(models.Model):
+    """An owner lets a partner read its data within ``scopes``, until revoked.
+
+    At most one live grant per owner and partner (the database refuses a second); changing
+    scopes is a revocation and a new grant, so the trail shows what was allowed when.
+    """
+
+    owner = models.ForeignKey(Owner, on_delete=models.PROTECT, related_name="partner_grants")
+    partner = models.ForeignKey(Partner, on_delete=models.PROTECT, related_name="grants")
+    scopes = ArrayField(models.CharField(max_length=32), validators=[validate_scopes])
+    granted_by = models.ForeignKey(User, on_delete=models.PROTECT, related_name="+")
+    granted_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering: ClassVar = ["-granted_at"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["owner", "partner"],
+                condition=models.Q(revoked_at__isnull=True),
+                name="accounts_partnergrant_one_live",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(scopes__contained_by=list(ApiScope.values))
+                & ~models.Q(scopes=[]),
+                name="accounts_partnergrant_known_scopes",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id} → {self.partner_id} {','.join(self.scopes)}"
+
+
+class ApiKey(models.Model):
+    """A key for the partner API: ``stw_live_<prefix>_<secret>``, shown once.
+
+    Only the SHA-256 of the whole token is stored; ``prefix`` finds the row. A key belongs to
+    a partner (reads what owners granted that partner) or is personal to an owner account
+    (``owner``, made by one of its users, reads only that account while the user stays a
+    member). It stops working when revoked or expired, at the very next request.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_sha256 = models.CharField(max_length=64)
+    name = models.CharField(max_length=100)
+    scopes = ArrayField(models.CharField(max_length=32), validators=[validate_scopes])
+    partner = models.ForeignKey(
+        Partner, on_delete=models.PROTECT, null=True, blank=True, related_name="api_keys"
+    )
+    owner = models.ForeignKey(
+        Owner, on_delete=models.PROTECT, null=True, blank=True, related_name="api_keys"
+    )
+    created_by = models.ForeignKey(User, on_delete=models.PROTECT, related_name="api_keys")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at"]
+        constraints: ClassVar = [
+            models.CheckConstraint(
+                condition=models.Q(partner__isnull=True) ^ models.Q(owner__isnull=True),
+                name="accounts_apikey_partner_xor_owner",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(scopes__contained_by=list(ApiScope.values))
+                & ~models.Q(scopes=[]),
+                name="accounts_apikey_known_scopes",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(expires_at__gt=models.F("created_at")),
+                name="accounts_apikey_expires_after_creation",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"stw_live_{self.prefix}_… ({self.name})"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Self
 
 from django.core.exceptions import ValidationError
@@ -17,14 +18,17 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from accounts.context import request_id_var
 from accounts.models import (
+    ApiKey,
     AuditEntry,
     Disclosure,
     DisclosureAcknowledgement,
     Membership,
     Owner,
     Partner,
+    PartnerGrant,
     PartnerMember,
     User,
+    validate_scopes,
 )
 
 
@@ -301,3 +305,165 @@ def disclosure_acknowledge(
         user=user, disclosure=disclosure, defaults={"ip": ip, "user_agent": user_agent[:1000]}
     )
     return acknowledgement
+
+
+API_KEY_TOKEN_PREFIX = "stw_live_"  # noqa: S105 - a public marker, not a secret
+API_KEY_MAX_LIFETIME = timedelta(days=366)
+# last_used_at is written at most once per this interval per key, never on every request.
+API_KEY_TOUCH_INTERVAL = timedelta(minutes=1)
+
+
+def api_key_hash(token: str) -> str:
+    """The stored form of a token: SHA-256 of the whole token (its secret has 256 bits)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def api_key_parse(token: str) -> tuple[str, str] | None:
+    """``(prefix, token)`` for a well-formed token, else None."""
+    if not token.startswith(API_KEY_TOKEN_PREFIX):
+        return None
+    prefix, sep, secret = token.removeprefix(API_KEY_TOKEN_PREFIX).partition("_")
+    if not sep or not prefix.isalnum() or len(secret) < 32:
+        return None
+    return prefix, token
+
+
+def _scopes_clean(scopes: Sequence[str]) -> list[str]:
+    cleaned = sorted(set(scopes))
+    validate_scopes(cleaned)
+    return cleaned
+
+
+def _is_admin(*, user: User, owner: Owner) -> bool:
+    return Membership.objects.filter(
+        user_id=user.pk, owner_id=owner.pk, role=Membership.Role.ADMIN
+    ).exists()
+
+
+@transaction.atomic
+def api_key_create(
+    *,
+    name: str,
+    scopes: Sequence[str],
+    expires_at: datetime,
+    by: User,
+    partner: Partner | None = None,
+    owner: Owner | None = None,
+) -> tuple[ApiKey, str]:
+    """A new key and its token; the token is returned once and never stored.
+
+    A partner key is made by one of the partner's users or an operator; a personal key
+    (``owner``) by a member of that owner account, and reads only that account.
+    """
+    if (partner is None) == (owner is None):
+        raise ValidationError("A key belongs to a partner or to an owner account, not both.")
+    if not name.strip():
+        raise ValidationError({"name": "Name the key, so it can be told apart from others."})
+    now = timezone.now()
+    if expires_at.tzinfo is None or not now < expires_at <= now + API_KEY_MAX_LIFETIME:
+        raise ValidationError(
+            {"expires_at": "Give an aware instant in the future, at most 366 days ahead."}
+        )
+    if partner is not None and not (
+        by.is_staff or PartnerMember.objects.filter(user_id=by.pk, partner=partner).exists()
+    ):
+        raise ValidationError("Only the partner's users or an operator can make its keys.")
+    if owner is not None and not Membership.objects.filter(user_id=by.pk, owner=owner).exists():
+        raise ValidationError("Only a member of the owner account can make its personal keys.")
+    prefix = secrets.token_hex(6)
+    token = f"{API_KEY_TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+    key = ApiKey.objects.create(
+        prefix=prefix,
+        secret_sha256=api_key_hash(token),
+        name=name.strip(),
+        scopes=_scopes_clean(scopes),
+        partner=partner,
+        owner=owner,
+        created_by=by,
+        created_at=now,
+        expires_at=expires_at,
+    )
+    audit_log(
+        actor=by,
+        events=[
+            AuditEvent.of(
+                key,
+                action="api_key.create",
+                after={"scopes": key.scopes, "expires_at": expires_at.isoformat()},
+            )
+        ],
+    )
+    return key, token
+
+
+@transaction.atomic
+def api_key_revoke(*, key: ApiKey, by: User) -> ApiKey:
+    """Revokes the key; its next request is refused. Revoking twice changes nothing."""
+    now = timezone.now()
+    if ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=now) == 1:
+        audit_log(actor=by, events=[AuditEvent.of(key, action="api_key.revoke")], at=now)
+    key.refresh_from_db(fields=["revoked_at"])
+    return key
+
+
+def api_key_touch(*, key: ApiKey, at: datetime) -> bool:
+    """Records use of ``key`` at most once per ``API_KEY_TOUCH_INTERVAL`` (compare-and-set:
+    concurrent requests write once). True when this call wrote."""
+    if key.last_used_at is not None and at - key.last_used_at < API_KEY_TOUCH_INTERVAL:
+        return False
+    stale = models.Q(last_used_at__isnull=True) | models.Q(
+        last_used_at__lt=at - API_KEY_TOUCH_INTERVAL
+    )
+    written = ApiKey.objects.filter(stale, pk=key.pk).update(last_used_at=at) == 1
+    if written:
+        key.last_used_at = at
+    return written
+
+
+@transaction.atomic
+def partner_grant_create(
+    *, owner: Owner, partner: Partner, scopes: Sequence[str], by: User
+) -> PartnerGrant:
+    """Lets ``partner`` read ``owner``'s data within ``scopes``; replaces a live grant."""
+    if not (by.is_staff or _is_admin(user=by, owner=owner)):
+        raise ValidationError("Only an admin of the owner account can grant partner access.")
+    now = timezone.now()
+    live = PartnerGrant.objects.select_for_update().filter(
+        owner=owner, partner=partner, revoked_at__isnull=True
+    )
+    before = [g.scopes for g in live]
+    live.update(revoked_at=now, revoked_by=by)
+    grant = PartnerGrant.objects.create(
+        owner=owner, partner=partner, scopes=_scopes_clean(scopes), granted_by=by, granted_at=now
+    )
+    audit_log(
+        actor=by,
+        events=[
+            AuditEvent.of(
+                grant,
+                action="partner_grant.create",
+                before=before[0] if before else None,
+                after=grant.scopes,
+            )
+        ],
+        at=now,
+    )
+    return grant
+
+
+@transaction.atomic
+def partner_grant_revoke(*, grant: PartnerGrant, by: User) -> PartnerGrant:
+    """Ends the grant; the partner's next request no longer sees the owner's data."""
+    owner = Owner.objects.get(pk=grant.owner_id)
+    if not (by.is_staff or _is_admin(user=by, owner=owner)):
+        raise ValidationError("Only an admin of the owner account can revoke partner access.")
+    now = timezone.now()
+    if (
+        PartnerGrant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
+            revoked_at=now, revoked_by=by
+        )
+        == 1
+    ):
+        audit_log(actor=by, events=[AuditEvent.of(grant, action="partner_grant.revoke")], at=now)
+    grant.refresh_from_db(fields=["revoked_at", "revoked_by"])
+    return grant

@@ -8,5 +8,6 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("telemetry.urls")),
+    path("api/v1/", include("api.urls")),
     path("", include("portal.urls")),
 ]

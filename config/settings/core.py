@@ -22,6 +22,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_otp",
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
@@ -30,6 +32,7 @@ INSTALLED_APPS = [
     "telemetry",
     "billing",
     "portal",
+    "api",
 ]
 
 MIDDLEWARE = [

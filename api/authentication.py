@@ -1,0 +1,67 @@
+"""API keys: ``Authorization: Bearer stw_live_<prefix>_<secret>``."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from accounts import services as accounts
+from accounts.models import ApiKey
+from api.access import Caller
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """Finds the key by its prefix and compares the token's SHA-256 in constant time.
+
+    A revoked or expired key, a key whose partner or user is gone, answers 401 with the reason;
+    use is recorded at most once a minute (``accounts.services.api_key_touch``).
+    """
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Caller, ApiKey] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme != self.keyword or not token.strip():
+            raise exceptions.AuthenticationFailed(
+                "Send the key as 'Authorization: Bearer stw_live_…'."
+            )
+        parsed = accounts.api_key_parse(token.strip())
+        key = None
+        if parsed is not None:
+            key = ApiKey.objects.select_related("created_by").filter(prefix=parsed[0]).first()
+        if key is None or not hmac.compare_digest(
+            key.secret_sha256, accounts.api_key_hash(parsed[1] if parsed else "")
+        ):
+            raise exceptions.AuthenticationFailed("This API key is not valid.")
+        now = timezone.now()
+        if key.revoked_at is not None:
+            raise exceptions.AuthenticationFailed("This API key was revoked.")
+        if key.expires_at <= now:
+            raise exceptions.AuthenticationFailed("This API key has expired.")
+        if not key.created_by.is_active:
+            raise exceptions.AuthenticationFailed("The user who made this API key is inactive.")
+        accounts.api_key_touch(key=key, at=now)
+        return Caller(key=key), key
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{self.keyword} realm="steward"'
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = "api.authentication.ApiKeyAuthentication"
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "stw_live_<prefix>_<secret>",
+        }

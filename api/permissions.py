@@ -1,0 +1,44 @@
+"""One permission per scope: the key must carry it (what it may read is ``api.access``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from accounts.models import ApiScope
+from api.access import Caller
+
+
+class _HasScope(BasePermission):
+    scope: str = ""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        caller: Any = request.user
+        if not isinstance(caller, Caller):
+            return False
+        if self.scope not in caller.scopes:
+            self.message = f"This API key lacks the scope {self.scope}."
+            return False
+        return True
+
+
+class FleetRead(_HasScope):
+    scope = ApiScope.FLEET_READ
+
+
+class TelemetryRead(_HasScope):
+    scope = ApiScope.TELEMETRY_READ
+
+
+class StatementsRead(_HasScope):
+    scope = ApiScope.STATEMENTS_READ
+
+
+class AnyScope(BasePermission):
+    """Any valid key (what it sees is still limited by its grants)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        caller: Any = request.user
+        return isinstance(caller, Caller)

@@ -1,0 +1,283 @@
+"""Shapes of the partner API's answers and of its query parameters. No logic here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from accounts.models import Disclosure, Owner
+from billing.engine.document import BASIS
+from billing.models import Payout, Statement, StatementLine
+from fleet.models import Gpu, Incident, LifecycleState, MaintenanceWindow, Ownership
+
+NOT_GUARANTEED = (
+    "Results are not guaranteed: they depend on utilization, uptime, demand, costs, hardware "
+    "performance and market conditions, and can be zero."
+)
+
+
+class OwnerSerializer(serializers.ModelSerializer[Owner]):
+    scopes = serializers.SerializerMethodField(help_text="What this key may read of the owner.")
+
+    class Meta:
+        model = Owner
+        fields = ("id", "kind", "legal_name", "billing_currency", "time_zone", "scopes")
+
+    def get_scopes(self, owner: Owner) -> list[str]:
+        return list(self.context["scopes_by_owner"].get(owner.pk, []))
+
+
+class HoldingSerializer(serializers.ModelSerializer[Ownership]):
+    class Meta:
+        model = Ownership
+        fields = ("owner_id", "share_bps", "valid_from", "valid_to")
+
+
+class OwnershipSerializer(serializers.ModelSerializer[Ownership]):
+    class Meta:
+        model = Ownership
+        fields = ("id", "owner_id", "share_bps", "valid_from", "valid_to", "reason")
+
+
+class PlacementNowSerializer(serializers.Serializer[Any]):
+    site = serializers.CharField(source="site_code")
+    cluster = serializers.CharField(source="cluster_code")
+    node = serializers.CharField(source="hostname")
+    slot = serializers.IntegerField()
+
+
+class GpuSerializer(serializers.ModelSerializer[Gpu]):
+    model = serializers.CharField(source="model.name")
+    memory_mib = serializers.IntegerField(source="model.memory_mib")
+    telemetry_state = serializers.CharField(
+        allow_null=True, help_text="up, degraded, down or no_data; null before any telemetry."
+    )
+    telemetry_state_since = serializers.DateTimeField(allow_null=True)
+    placement = serializers.SerializerMethodField()
+    holdings = HoldingSerializer(
+        source="visible_holdings", many=True, help_text="Your accounts' shares now."
+    )
+
+    class Meta:
+        model = Gpu
+        fields = (
+            "id",
+            "serial",
+            "nvml_uuid",
+            "model",
+            "memory_mib",
+            "lifecycle_state",
+            "telemetry_state",
+            "telemetry_state_since",
+            "placement",
+            "holdings",
+        )
+
+    @extend_schema_field(PlacementNowSerializer(allow_null=True))
+    def get_placement(self, gpu: Gpu) -> dict[str, Any] | None:
+        if getattr(gpu, "hostname", None) is None:
+            return None
+        return PlacementNowSerializer(gpu).data
+
+
+class GpuFilterSerializer(serializers.Serializer[Any]):
+    owner = serializers.UUIDField(required=False)
+    lifecycle_state = serializers.ChoiceField(choices=LifecycleState.choices, required=False)
+    cluster = serializers.CharField(required=False, help_text="Cluster code, where it is now.")
+    model = serializers.CharField(required=False, help_text="GPU model name, exactly.")
+    held = serializers.ChoiceField(
+        choices=[("now", "held now"), ("ever", "held now or before")], default="ever"
+    )
+
+
+class SeriesQuerySerializer(serializers.Serializer[Any]):
+    start = serializers.DateTimeField(help_text="Inclusive, aligned to the step, UTC.")
+    end = serializers.DateTimeField(help_text="Exclusive.")
+    step = serializers.ChoiceField(choices=[("hour", "hour"), ("day", "day")], default="hour")
+
+
+class SeriesPointSerializer(serializers.Serializer[Any]):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    held_s = serializers.IntegerField(help_text="Seconds your accounts held the GPU.")
+    in_service_s = serializers.IntegerField()
+    up_s = serializers.IntegerField()
+    down_s = serializers.IntegerField()
+    maintenance_s = serializers.IntegerField()
+    no_data_s = serializers.IntegerField()
+    availability = serializers.DecimalField(max_digits=9, decimal_places=6, allow_null=True)
+    utilization = serializers.DecimalField(max_digits=9, decimal_places=6, allow_null=True)
+    busy_gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=6)
+    energy_kwh = serializers.DecimalField(max_digits=16, decimal_places=6)
+
+
+class SeriesSerializer(serializers.Serializer[Any]):
+    gpu = serializers.UUIDField()
+    step = serializers.CharField()
+    points = SeriesPointSerializer(many=True)
+
+
+class IncidentSerializer(serializers.ModelSerializer[Incident]):
+    status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Incident
+        fields = ("id", "title", "cause", "started_at", "ended_at", "status", "notes_for_owners")
+
+    def get_status(self, incident: Incident) -> str:
+        return "open" if incident.ended_at is None else "resolved"
+
+
+class MaintenanceSerializer(serializers.ModelSerializer[MaintenanceWindow]):
+    class Meta:
+        model = MaintenanceWindow
+        fields = (
+            "id",
+            "title",
+            "description",
+            "announced_at",
+            "starts_at",
+            "ends_at",
+            "cancelled_at",
+        )
+
+
+class EventFilterSerializer(serializers.Serializer[Any]):
+    gpu = serializers.UUIDField(required=False, help_text="Only events that touched this GPU.")
+
+
+class DisclosureSerializer(serializers.ModelSerializer[Disclosure]):
+    class Meta:
+        model = Disclosure
+        fields = ("version", "text_sha256", "text")
+
+
+class PeriodSerializer(serializers.Serializer[Any]):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+
+
+class BasisSerializer(serializers.Serializer[Any]):
+    """What an earnings figure means (DESIGN, Disclosures)."""
+
+    period = PeriodSerializer()
+    finality = serializers.ChoiceField(choices=["final", "preliminary"])
+    gross = serializers.CharField()
+    net = serializers.CharField()
+    costs_included = serializers.ListField(child=serializers.CharField())
+    time_zone = serializers.CharField()
+    not_guaranteed = serializers.CharField()
+
+
+def statement_basis(statement: Statement) -> dict[str, Any]:
+    return {
+        "period": {"start": statement.period.start, "end": statement.period.end},
+        "finality": "final" if statement.status == Statement.Status.PUBLISHED else "preliminary",
+        "gross": BASIS["gross"],
+        "net": BASIS["net"],
+        "costs_included": BASIS["costs_included"],
+        "time_zone": BASIS["time_zone"],
+        "not_guaranteed": NOT_GUARANTEED,
+    }
+
+
+class StatementLineSerializer(serializers.ModelSerializer[StatementLine]):
+    class Meta:
+        model = StatementLine
+        fields = (
+            "position",
+            "kind",
+            "gpu_id",
+            "description",
+            "starts_at",
+            "ends_at",
+            "share_bps",
+            "in_service_s",
+            "up_s",
+            "down_s",
+            "maintenance_s",
+            "no_data_s",
+            "availability",
+            "utilization",
+            "busy_gpu_hours",
+            "energy_kwh",
+            "gross",
+            "hosting_fee",
+            "power_cost",
+            "management_fee",
+            "net",
+            "corrects_line_id",
+        )
+
+
+class StatementSerializer(serializers.ModelSerializer[Statement]):
+    basis = serializers.SerializerMethodField()
+    disclosure = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Statement
+        fields: tuple[str, ...] = (
+            "id",
+            "owner_id",
+            "currency",
+            "status",
+            "opening_balance",
+            "lines_total",
+            "adjustments_total",
+            "payouts_total",
+            "closing_balance",
+            "content_sha256",
+            "published_at",
+            "basis",
+            "disclosure",
+        )
+
+    @extend_schema_field(BasisSerializer)
+    def get_basis(self, statement: Statement) -> dict[str, Any]:
+        return BasisSerializer(statement_basis(statement)).data
+
+    @extend_schema_field(DisclosureSerializer)
+    def get_disclosure(self, statement: Statement) -> dict[str, Any]:
+        disclosure = self.context["disclosures"].get(statement.disclosure_version)
+        return {
+            "version": statement.disclosure_version,
+            "text_sha256": statement.disclosure_sha256,
+            "text": disclosure.text if disclosure is not None else "",
+        }
+
+
+class StatementDetailSerializer(StatementSerializer):
+    lines = StatementLineSerializer(many=True)
+
+    class Meta(StatementSerializer.Meta):
+        fields = (*StatementSerializer.Meta.fields, "lines")
+
+
+class StatementFilterSerializer(serializers.Serializer[Any]):
+    owner = serializers.UUIDField(required=False)
+    currency = serializers.RegexField(r"^[A-Z]{3}$", required=False)
+    period_start_from = serializers.DateTimeField(required=False)
+    period_start_before = serializers.DateTimeField(required=False)
+
+
+class PayoutSerializer(serializers.ModelSerializer[Payout]):
+    basis = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Payout
+        fields = ("id", "owner_id", "currency", "amount", "paid_on", "reference", "basis")
+
+    def get_basis(self, payout: Payout) -> str:
+        return (
+            "An amount paid out of the owner's balance of published (final) statements; it is "
+            "shown on the statement of the period it is dated in. " + NOT_GUARANTEED
+        )
+
+
+class PayoutFilterSerializer(serializers.Serializer[Any]):
+    owner = serializers.UUIDField(required=False)
+    currency = serializers.RegexField(r"^[A-Z]{3}$", required=False)
+    paid_from = serializers.DateField(required=False)
+    paid_before = serializers.DateField(required=False)

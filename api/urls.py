@@ -1,0 +1,33 @@
+"""The partner API, mounted under /api/v1/ by config.urls."""
+
+from django.urls import path, re_path
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
+
+from api import views
+
+app_name = "api"
+
+urlpatterns = [
+    path("owners", views.OwnerList.as_view(), name="owners"),
+    path("owners/<uuid:pk>", views.OwnerDetail.as_view(), name="owner"),
+    path("gpus", views.GpuList.as_view(), name="gpus"),
+    path("gpus/<uuid:pk>", views.GpuDetail.as_view(), name="gpu"),
+    path("gpus/<uuid:pk>/ownership", views.GpuOwnership.as_view(), name="gpu-ownership"),
+    path("gpus/<uuid:pk>/series", views.GpuSeries.as_view(), name="gpu-series"),
+    path("incidents", views.IncidentList.as_view(), name="incidents"),
+    path("incidents/<int:pk>", views.IncidentDetail.as_view(), name="incident"),
+    path("maintenance", views.MaintenanceList.as_view(), name="maintenance"),
+    path("maintenance/<int:pk>", views.MaintenanceDetail.as_view(), name="maintenance-window"),
+    path("statements", views.StatementList.as_view(), name="statements"),
+    path("statements/<uuid:pk>", views.StatementDetail.as_view(), name="statement"),
+    path("statements/<uuid:pk>/csv", views.StatementCsv.as_view(), name="statement-csv"),
+    path("payouts", views.PayoutList.as_view(), name="payouts"),
+    path("schema", SpectacularAPIView.as_view(), name="schema"),
+    path("docs", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
+    path("redoc", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
+    re_path(r"", views.NoSuchEndpoint.as_view(), name="no-such-endpoint"),
+]

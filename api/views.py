@@ -1,0 +1,480 @@
+"""The partner API: read-only views over ``api.access``. Each view validates its query,
+asks ``api.access`` for what the caller may see, and serializes it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import NotFound
+from rest_framework.filters import BaseFilterBackend, OrderingFilter
+from rest_framework.generics import GenericAPIView, ListAPIView, RetrieveAPIView
+from rest_framework.pagination import BasePagination
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.models import ApiScope, Disclosure
+from api import access
+from api.access import Caller
+from api.authentication import ApiKeyAuthentication
+from api.exceptions import problem_exception_handler
+from api.pagination import ApiCursorPagination
+from api.permissions import AnyScope, FleetRead, StatementsRead, TelemetryRead
+from api.selectors import STEPS, gpu_series
+from api.serializers import (
+    EventFilterSerializer,
+    GpuFilterSerializer,
+    GpuSerializer,
+    IncidentSerializer,
+    MaintenanceSerializer,
+    OwnerSerializer,
+    OwnershipSerializer,
+    PayoutFilterSerializer,
+    PayoutSerializer,
+    SeriesQuerySerializer,
+    SeriesSerializer,
+    StatementDetailSerializer,
+    StatementFilterSerializer,
+    StatementSerializer,
+    statement_basis,
+)
+from api.throttling import ApiKeyRateThrottle
+from billing.models import Statement
+from fleet.models import Ownership
+
+
+class ApiView(GenericAPIView[Any]):
+    authentication_classes = (ApiKeyAuthentication,)
+    throttle_classes = (ApiKeyRateThrottle,)
+    renderer_classes: Sequence[type[BaseRenderer]] = (JSONRenderer,)
+    pagination_class: type[BasePagination] | None = ApiCursorPagination
+    filter_backends: Sequence[type[BaseFilterBackend]] = (OrderingFilter,)
+    ordering_fields: Sequence[str] = ()
+    filter_serializer: type[serializers.Serializer[Any]] | None = None
+
+    def get_exception_handler(self) -> Callable[..., Response | None]:
+        return problem_exception_handler
+
+    @property
+    def caller(self) -> Caller:
+        caller: Any = self.request.user
+        assert isinstance(caller, Caller)
+        return caller
+
+    def query(self) -> dict[str, Any]:
+        """The validated query parameters (400 with the reason otherwise)."""
+        if self.filter_serializer is None:
+            return {}
+        params = self.filter_serializer(data=self.request.query_params)
+        params.is_valid(raise_exception=True)
+        return dict(params.validated_data)
+
+
+def _filters(serializer: type[serializers.Serializer[Any]]) -> Any:
+    return extend_schema(parameters=[serializer])
+
+
+# --- owners ---------------------------------------------------------------------------------
+
+
+class _OwnerMixin(ApiView):
+    serializer_class = OwnerSerializer
+    permission_classes = (AnyScope,)
+    ordering = "legal_name"
+    ordering_fields = ("legal_name",)
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return access.owners_for_caller(caller=self.caller)
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = dict(super().get_serializer_context())
+        user: Any = self.request.user
+        if isinstance(user, Caller):
+            by_owner: dict[Any, list[str]] = {}
+            for scope in sorted(self.caller.scopes):
+                for owner_id in access.owner_ids_for_caller(caller=self.caller, scope=scope):
+                    by_owner.setdefault(owner_id, []).append(scope)
+            context["scopes_by_owner"] = by_owner
+        return context
+
+
+class OwnerList(_OwnerMixin, ListAPIView[Any]):
+    """Owner accounts this key may read, with the scopes it may read them in."""
+
+
+class OwnerDetail(_OwnerMixin, RetrieveAPIView[Any]):
+    pass
+
+
+# --- GPUs -----------------------------------------------------------------------------------
+
+
+class _GpuMixin(ApiView):
+    serializer_class = GpuSerializer
+    permission_classes = (FleetRead,)
+    ordering = "serial"
+    ordering_fields = ("serial", "created_at")
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return access.gpus_for_caller(caller=self.caller, scope=ApiScope.FLEET_READ)
+
+
+@_filters(GpuFilterSerializer)
+class GpuList(_GpuMixin, ListAPIView[Any]):
+    """GPUs your accounts hold or held, with their state and placement now."""
+
+    filter_serializer = GpuFilterSerializer
+
+    def get_queryset(self) -> QuerySet[Any]:
+        q = self.query()
+        held_at = datetime.now(UTC) if q["held"] == "now" else None
+        gpus = access.gpus_for_caller(
+            caller=self.caller, scope=ApiScope.FLEET_READ, held_at=held_at
+        )
+        if "owner" in q:
+            # Only an owner the key may read: filtering by anyone else's id would reveal
+            # which of your GPUs they share.
+            visible = access.owner_ids_for_caller(caller=self.caller, scope=ApiScope.FLEET_READ)
+            if q["owner"] not in visible:
+                return gpus.none()
+            rows = Ownership.objects.filter(gpu=OuterRef("pk"), owner_id=q["owner"])
+            if held_at is not None:
+                rows = rows.filter(valid_from__lte=held_at).exclude(valid_to__lte=held_at)
+            gpus = gpus.filter(Exists(rows))
+        if "lifecycle_state" in q:
+            gpus = gpus.filter(lifecycle_state=q["lifecycle_state"])
+        if "cluster" in q:
+            gpus = gpus.filter(Q(cluster_code=q["cluster"]))  # annotated: where it is now
+        if "model" in q:
+            gpus = gpus.filter(model__name=q["model"])
+        return gpus
+
+
+class GpuDetail(_GpuMixin, RetrieveAPIView[Any]):
+    pass
+
+
+class GpuOwnership(ApiView, ListAPIView[Any]):
+    """The GPU's ownership history, your accounts' rows only (others' are not shown)."""
+
+    serializer_class = OwnershipSerializer
+    permission_classes = (FleetRead,)
+    ordering = ("valid_from", "id")
+
+    def get_queryset(self) -> QuerySet[Any]:
+        gpu = access.gpu_for_caller(
+            caller=self.caller, scope=ApiScope.FLEET_READ, gpu_id=self.kwargs["pk"]
+        )
+        return access.ownership_for_caller(caller=self.caller, gpu=gpu)
+
+
+class GpuSeries(ApiView):
+    """Availability, utilization, busy GPU-hours and energy per hour or day, counted over
+    the seconds your accounts held the GPU (docs/accounting.md rules 1–3)."""
+
+    serializer_class = SeriesSerializer
+    permission_classes = (TelemetryRead,)
+    filter_serializer = SeriesQuerySerializer
+    pagination_class = None
+    filter_backends = ()
+
+    @extend_schema(parameters=[SeriesQuerySerializer], responses=SeriesSerializer)
+    def get(self, request: Request, pk: Any) -> Response:
+        q = self.query()
+        start, end, step = q["start"].astimezone(UTC), q["end"].astimezone(UTC), q["step"]
+        width = STEPS[step]
+        aligned = (start - datetime(2000, 1, 1, tzinfo=UTC)) % width
+        if aligned or (end - start) % width:
+            raise serializers.ValidationError({"start": f"Align start and end to a whole {step}."})
+        if end <= start:
+            raise serializers.ValidationError({"end": "The range ends after it starts."})
+        if (end - start) / width > settings.API_SERIES_MAX_BUCKETS:
+            raise serializers.ValidationError(
+                {"end": f"At most {settings.API_SERIES_MAX_BUCKETS} {step}s per request."}
+            )
+        gpu = access.gpu_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk)
+        owner_ids = access.owner_ids_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ)
+        points = gpu_series(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
+        return Response(SeriesSerializer({"gpu": gpu.pk, "step": step, "points": points}).data)
+
+
+# --- incidents and maintenance ---------------------------------------------------------------
+
+
+class _EventMixin(ApiView):
+    permission_classes = (FleetRead,)
+    filter_serializer: type[serializers.Serializer[Any]] | None = EventFilterSerializer
+
+    def gpu(self) -> Any:
+        q = self.query()
+        if "gpu" not in q:
+            return None
+        return access.gpu_for_caller(caller=self.caller, scope=ApiScope.FLEET_READ, gpu_id=q["gpu"])
+
+
+@_filters(EventFilterSerializer)
+class IncidentList(_EventMixin, ListAPIView[Any]):
+    """Incidents that touched a GPU while your accounts held it."""
+
+    serializer_class = IncidentSerializer
+    ordering = ("-started_at", "-id")
+    ordering_fields = ("started_at",)
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return access.incidents_for_caller(caller=self.caller, gpu=self.gpu())
+
+
+class IncidentDetail(_EventMixin, RetrieveAPIView[Any]):
+    serializer_class = IncidentSerializer
+    filter_serializer = None
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return access.incidents_for_caller(caller=self.caller)
+
+
+@_filters(EventFilterSerializer)
+class MaintenanceList(_EventMixin, ListAPIView[Any]):
+    """Announced maintenance that covers (or will cover) a GPU your accounts held then."""
+
+    serializer_class = MaintenanceSerializer
+    ordering = ("-starts_at", "-id")
+    ordering_fields = ("starts_at",)
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return access.maintenance_for_caller(caller=self.caller, gpu=self.gpu())
+
+
+class MaintenanceDetail(_EventMixin, RetrieveAPIView[Any]):
+    serializer_class = MaintenanceSerializer
+    filter_serializer = None
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return access.maintenance_for_caller(caller=self.caller)
+
+
+# --- statements and payouts -----------------------------------------------------------------
+
+
+def _disclosures(versions: set[str]) -> dict[str, Disclosure]:
+    return {d.version: d for d in Disclosure.objects.filter(version__in=versions)}
+
+
+class _StatementMixin(ApiView):
+    permission_classes = (StatementsRead,)
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = dict(super().get_serializer_context())
+        context["disclosures"] = _disclosures(getattr(self, "_versions", set()))
+        return context
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        instance = args[0] if args else None
+        if instance is not None:
+            rows = instance if isinstance(instance, list) else [instance]
+            self._versions = {s.disclosure_version for s in rows}
+        return super().get_serializer(*args, **kwargs)
+
+
+@_filters(StatementFilterSerializer)
+class StatementList(_StatementMixin, ListAPIView[Any]):
+    """Published statements of your accounts; each carries its basis and disclosure."""
+
+    serializer_class = StatementSerializer
+    filter_serializer = StatementFilterSerializer
+    ordering = ("-period_start", "id")
+    ordering_fields = ("period_start", "published_at")
+
+    def get_queryset(self) -> QuerySet[Any]:
+        q = self.query()
+        rows = (
+            access.statements_for_caller(caller=self.caller)
+            .select_related("period")
+            .annotate(period_start=F("period__start"))
+        )
+        if "owner" in q:
+            rows = rows.filter(owner_id=q["owner"])
+        if "currency" in q:
+            rows = rows.filter(currency=q["currency"])
+        if "period_start_from" in q:
+            rows = rows.filter(period__start__gte=q["period_start_from"])
+        if "period_start_before" in q:
+            rows = rows.filter(period__start__lt=q["period_start_before"])
+        return rows
+
+
+def _etag_matches(request: Request, etag: str) -> bool:
+    header = request.headers.get("If-None-Match", "")
+    tags = {t.strip().removeprefix("W/") for t in header.split(",") if t.strip()}
+    return etag in tags or "*" in tags
+
+
+class StatementDetail(_StatementMixin):
+    """One published statement with its lines. ``ETag`` is its content SHA-256: send it back
+    in ``If-None-Match`` and an unchanged statement answers 304."""
+
+    serializer_class = StatementDetailSerializer
+
+    def get(self, request: Request, pk: Any) -> Response:
+        statement = access.statement_for_caller(caller=self.caller, statement_id=pk)
+        etag = f'"{statement.content_sha256}"'
+        if _etag_matches(request, etag):
+            return Response(status=304, headers={"ETag": etag})
+        statement = (
+            Statement.objects.prefetch_related("lines")
+            .select_related("period")
+            .get(pk=statement.pk)
+        )
+        return Response(self.get_serializer(statement).data, headers={"ETag": etag})
+
+
+class CsvRenderer(BaseRenderer):
+    """Lets a client ask for ``text/csv``; problems are still JSON documents."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(
+        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
+    ) -> Any:
+        if isinstance(data, (bytes, str)):
+            return data
+        return json.dumps(data).encode()
+
+
+_CSV_LINE_FIELDS = (
+    "position",
+    "kind",
+    "gpu_id",
+    "description",
+    "starts_at",
+    "ends_at",
+    "share_bps",
+    "in_service_s",
+    "up_s",
+    "down_s",
+    "maintenance_s",
+    "no_data_s",
+    "availability",
+    "utilization",
+    "busy_gpu_hours",
+    "energy_kwh",
+    "gross",
+    "hosting_fee",
+    "power_cost",
+    "management_fee",
+    "net",
+)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    text = str(value)
+    # A spreadsheet would run a cell starting with one of these as a formula.
+    if isinstance(value, str) and text[:1] in ("=", "+", "-", "@"):
+        return "'" + text
+    return text
+
+
+class StatementCsv(_StatementMixin):
+    """The statement as CSV: its basis and disclosure first, then one row per line."""
+
+    renderer_classes = (JSONRenderer, CsvRenderer)
+
+    @extend_schema(
+        responses={
+            (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="The statement."),
+            304: OpenApiResponse(description="Not modified (If-None-Match)."),
+        }
+    )
+    def get(self, request: Request, pk: Any) -> HttpResponse | Response:
+        statement = access.statement_for_caller(caller=self.caller, statement_id=pk)
+        etag = f'"{statement.content_sha256}-csv"'
+        if _etag_matches(request, etag):
+            return Response(status=304, headers={"ETag": etag})
+        basis = statement_basis(statement)
+        out = io.StringIO()
+        w = csv.writer(out, lineterminator="\r\n")
+        w.writerow(["statement", statement.pk])
+        w.writerow(["owner_id", statement.owner_id])
+        w.writerow(["currency", statement.currency])
+        w.writerow(["period_start", _cell(statement.period.start)])
+        w.writerow(["period_end", _cell(statement.period.end)])
+        w.writerow(["finality", basis["finality"]])
+        w.writerow(["gross", basis["gross"]])
+        w.writerow(["net", basis["net"]])
+        w.writerow(["costs_included", " ".join(basis["costs_included"])])
+        w.writerow(["disclosure_version", statement.disclosure_version])
+        w.writerow(["disclosure_sha256", statement.disclosure_sha256])
+        w.writerow(["not_guaranteed", basis["not_guaranteed"]])
+        w.writerow(["content_sha256", statement.content_sha256])
+        w.writerow([])
+        w.writerow(_CSV_LINE_FIELDS)
+        for line in statement.lines.order_by("position"):
+            w.writerow([_cell(getattr(line, f)) for f in _CSV_LINE_FIELDS])
+        w.writerow([])
+        for name in ("opening_balance", "lines_total", "adjustments_total", "payouts_total"):
+            w.writerow([name, getattr(statement, name)])
+        w.writerow(["closing_balance", statement.closing_balance])
+        response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+        response["ETag"] = etag
+        start = statement.period.start.strftime("%Y-%m")
+        response["Content-Disposition"] = (
+            f'attachment; filename="statement-{start}-{statement.currency}-{statement.pk}.csv"'
+        )
+        return response
+
+
+@_filters(PayoutFilterSerializer)
+class PayoutList(ApiView, ListAPIView[Any]):
+    """Payouts recorded against your accounts' balances."""
+
+    serializer_class = PayoutSerializer
+    permission_classes = (StatementsRead,)
+    filter_serializer = PayoutFilterSerializer
+    ordering = ("-paid_on", "-id")
+    ordering_fields = ("paid_on",)
+
+    def get_queryset(self) -> QuerySet[Any]:
+        q = self.query()
+        rows = access.payouts_for_caller(caller=self.caller)
+        if "owner" in q:
+            rows = rows.filter(owner_id=q["owner"])
+        if "currency" in q:
+            rows = rows.filter(currency=q["currency"])
+        if "paid_from" in q:
+            rows = rows.filter(paid_on__gte=q["paid_from"])
+        if "paid_before" in q:
+            rows = rows.filter(paid_on__lt=q["paid_before"])
+        return rows
+
+
+@extend_schema(exclude=True)
+class NoSuchEndpoint(APIView):
+    """Any other path under /api/v1/: a problem document, not the site's HTML page."""
+
+    authentication_classes = ()
+    permission_classes = ()
+    renderer_classes = (JSONRenderer,)
+
+    def get_exception_handler(self) -> Callable[..., Response | None]:
+        return problem_exception_handler
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        raise NotFound("No such endpoint; see /api/v1/schema.")
