@@ -40,6 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import psycopg
 from django.db import connection, transaction
 
@@ -49,11 +50,13 @@ MJ_PER_KWH = 3_600_000_000
 # pg_advisory_xact_lock key of the derived pass (and of rollups_rebuild): "derived" in ASCII.
 PASS_LOCK = 0x64_65_72_69_76_65_64
 
-# Marks, sorted so that two window transactions lock shared marks in the same order.
+# Marks, sorted so that two window transactions lock shared marks in the same order. They
+# travel as one JSON document: msgspec encodes thousands of pairs in C, where psycopg would
+# dump an array parameter element by element in Python.
 _MARK = """
 INSERT INTO telemetry_derivedwork (gpu_id, hour)
-SELECT DISTINCT g, h FROM unnest(%b::uuid[], %b::timestamptz[]) AS m(g, h)
- ORDER BY g, h
+SELECT DISTINCT m.g, m.h FROM json_to_recordset(%s::json) AS m(g uuid, h timestamptz)
+ ORDER BY m.g, m.h
 ON CONFLICT (gpu_id, hour) DO UPDATE SET hour = EXCLUDED.hour WHERE false
 """
 
@@ -209,11 +212,12 @@ DELETE FROM telemetry_derivedwork d USING telemetry_claimed c
 """
 
 
-def derived_mark(*, cursor: Any, gpu_ids: list[uuid.UUID], hours: list[dt.datetime]) -> None:
+def derived_mark(*, cursor: Any, marks: Iterable[tuple[uuid.UUID, dt.datetime]]) -> None:
     """Records, inside the caller's (window-writing) transaction, that these (GPU, hour)
-    pairs need their transitions and rollup recomputed. ``hours`` are whole UTC hours."""
-    if gpu_ids:
-        cursor.execute(_MARK, [gpu_ids, hours])
+    pairs need their transitions and rollup recomputed. Hours are whole UTC hours."""
+    document = [{"g": gpu_id, "h": hour} for gpu_id, hour in marks]
+    if document:
+        cursor.execute(_MARK, [msgspec.json.encode(document).decode()])
 
 
 def hour_marks(

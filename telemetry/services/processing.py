@@ -19,10 +19,11 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import psycopg
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
@@ -168,7 +169,9 @@ class _Loaded:
 @dataclass
 class _Work:
     window_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    marks: set[tuple[uuid.UUID, dt.datetime]] = field(default_factory=set)  # (GPU, UTC hour)
+    # (NVML UUID, UTC hour): strings hash in C, uuid.UUID objects in Python.
+    marks: set[tuple[str, dt.datetime]] = field(default_factory=set)
+    gpu_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # NVML UUID → GPU id
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     rejections: list[tuple[Any, ...]] = field(default_factory=list)
 
@@ -240,23 +243,28 @@ def _chunk_process(
         xids = _events_write(cursor, work.event_rows)
         if work.rejections:
             _rejections_write(cursor, work.rejections)
-        work.marks.update(hour_marks(xids))
-        marks = sorted(work.marks)
-        derived_mark(cursor=cursor, gpu_ids=[g for g, _ in marks], hours=[h for _, h in marks])
+        gpu_ids = work.gpu_ids
+        marks = {(gpu_ids[nvml], hour) for nvml, hour in work.marks} | hour_marks(xids)
+        derived_mark(cursor=cursor, marks=marks)
         _node_status_update(cursor, loaded)
         cursor.execute(
             """
             UPDATE telemetry_ingestbatch b
                SET status = 'processed', processed_at = now(), error = '',
                    accepted_windows = v.aw, accepted_events = v.ae, rejected_count = v.rc
-              FROM unnest(%b::bigint[], %b::int[], %b::int[], %b::int[]) AS v(id, aw, ae, rc)
+              FROM json_to_recordset(%s::json) AS v(id bigint, aw int, ae int, rc int)
              WHERE b.id = v.id
             """,
             [
-                [item.id for item in loaded],
-                [item.accepted_windows for item in loaded],
-                [item.accepted_events for item in loaded],
-                [item.rejected for item in loaded],
+                _json(
+                    {
+                        "id": i.id,
+                        "aw": i.accepted_windows,
+                        "ae": i.accepted_events,
+                        "rc": i.rejected,
+                    }
+                    for i in loaded
+                )
             ],
         )
     result.processed += len(loaded)
@@ -289,6 +297,12 @@ class _NodePlacements:
     whole: dict[str, uuid.UUID] = field(default_factory=dict)
     dated: dict[str, Intervals] = field(default_factory=dict)
 
+    def ids(self) -> Iterator[tuple[str, uuid.UUID]]:
+        yield from self.whole.items()
+        for nvml, intervals in self.dated.items():
+            for _, _, gpu_id in intervals:
+                yield nvml, gpu_id
+
     def gpu_at(self, gpu_uuid: str, at: dt.datetime) -> uuid.UUID | None:
         gpu_id = self.whole.get(gpu_uuid)
         if gpu_id is not None:
@@ -304,36 +318,34 @@ _NOWHERE = _NodePlacements()
 
 def _placements(
     cursor: Any, loaded: list[_Loaded], starts: list[dt.datetime]
-) -> dict[uuid.UUID, _NodePlacements]:
+) -> dict[str, _NodePlacements]:
     """Where each GPU (by NVML UUID) sat on the batches' nodes over the batches' time span."""
     instants = starts + [e.occurred_at for item in loaded for e in item.batch.events]
     if not instants:
         return {}
     lo, hi = min(instants), max(instants)
+    # ``whole``: the GPU's only placement on the node in the span, and it covers all of it.
     cursor.execute(
         """
-        SELECT p.node_id, g.nvml_uuid, p.valid_from, p.valid_to, p.gpu_id
+        SELECT p.node_id::text, g.nvml_uuid, p.gpu_id, p.valid_from, p.valid_to,
+               p.valid_from <= %(lo)s AND (p.valid_to IS NULL OR p.valid_to > %(hi)s)
+               AND count(*) OVER (PARTITION BY p.node_id, g.nvml_uuid) = 1 AS whole
           FROM fleet_placement p JOIN fleet_gpu g ON g.id = p.gpu_id
-         WHERE p.node_id = ANY(%b) AND p.valid_from <= %s
-           AND (p.valid_to IS NULL OR p.valid_to > %s)
+         WHERE p.node_id = ANY(%(nodes)s) AND p.valid_from <= %(hi)s
+           AND (p.valid_to IS NULL OR p.valid_to > %(lo)s)
         """,
-        [list({item.node_id for item in loaded}), hi, lo],
+        {"nodes": list({item.node_id for item in loaded}), "lo": lo, "hi": hi},
         binary=True,
     )
-    rows = cursor.fetchall()
-    spans: dict[tuple[uuid.UUID, str], Intervals] = {}
-    for node_id, nvml_uuid, valid_from, valid_to, gpu_id in rows:
-        spans.setdefault((node_id, nvml_uuid), []).append((valid_from, valid_to, gpu_id))
-    placed: dict[uuid.UUID, _NodePlacements] = {}
-    for (node_id, nvml_uuid), intervals in spans.items():
+    placed: dict[str, _NodePlacements] = {}
+    for node_id, nvml_uuid, gpu_id, valid_from, valid_to, whole in cursor.fetchall():
         node = placed.get(node_id)
         if node is None:
             node = placed[node_id] = _NodePlacements()
-        valid_from, valid_to, gpu_id = intervals[0]
-        if len(intervals) == 1 and valid_from <= lo and (valid_to is None or valid_to > hi):
+        if whole:
             node.whole[nvml_uuid] = gpu_id
         else:
-            node.dated[nvml_uuid] = intervals
+            node.dated.setdefault(nvml_uuid, []).append((valid_from, valid_to, gpu_id))
     return placed
 
 
@@ -415,14 +427,14 @@ def _validate(
     Duplicates inside the chunk are not looked for: a repeated (GPU, minute) makes the
     optimistic COPY fail and the chunk goes through the ON CONFLICT stage instead."""
     placed = _placements(cursor, loaded, starts)
-    work = _Work()
+    work = _Work(gpu_ids={nvml: gpu_id for node in placed.values() for nvml, gpu_id in node.ids()})
     rows = work.window_rows
     marks = work.marks
     hour_of: dict[dt.datetime, dt.datetime] = {}
     future_limit = _future_limit()
     for item in loaded:
         future = item.received_at + future_limit
-        node = placed.get(item.node_id, _NOWHERE)
+        node = placed.get(str(item.node_id), _NOWHERE)
         whole = node.whole
         node_id, batch_pk = item.node_id, item.id
         last_start: dt.datetime | None = None
@@ -455,7 +467,7 @@ def _validate(
                 hour = hour_of[start] = start.astimezone(dt.UTC).replace(
                     minute=0, second=0, microsecond=0
                 )
-            marks.add((gpu_id, hour))
+            marks.add((w.gpu_uuid, hour))
         item.accepted_windows = accepted
         item.last_window_start = last_start
         for index, e in enumerate(item.batch.events):
@@ -506,9 +518,13 @@ def _window_problem(
     return None
 
 
-def _to_builtins(value: Any) -> Any:
-    import msgspec
+def _json(rows: Iterable[dict[str, Any]]) -> str:
+    """Many rows as one JSON parameter (``json_to_recordset``): encoded by msgspec in C,
+    where array parameters would be dumped element by element in Python."""
+    return msgspec.json.encode(list(rows)).decode()
 
+
+def _to_builtins(value: Any) -> Any:
     return json.loads(msgspec.json.encode(value), parse_constant=lambda c: None)
 
 
@@ -586,15 +602,15 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
             end = item.last_window_start + dt.timedelta(seconds=60)
             if item.node_id not in window_end or end > window_end[item.node_id]:
                 window_end[item.node_id] = end
-    nodes = sorted(latest)
     cursor.execute(
         """
         INSERT INTO telemetry_nodestatus AS ns
             (node_id, last_seen_at, last_window_end, clock_skew_s, agent_version,
              driver_version, stale, stale_since, reported_gpus)
         SELECT n, seen, wend, skew, av, dv, false, NULL, '[]'::jsonb
-          FROM unnest(%b::uuid[], %b::timestamptz[], %b::timestamptz[], %b::float8[],
-                      %b::text[], %b::text[]) AS v(n, seen, wend, skew, av, dv)
+          FROM json_to_recordset(%s::json)
+            AS v(n uuid, seen timestamptz, wend timestamptz, skew float8, av text, dv text)
+         ORDER BY n
         ON CONFLICT (node_id) DO UPDATE SET
             last_seen_at = greatest(ns.last_seen_at, EXCLUDED.last_seen_at),
             last_window_end = greatest(ns.last_window_end, EXCLUDED.last_window_end),
@@ -612,11 +628,16 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
                                THEN NULL ELSE ns.stale_since END
         """,
         [
-            nodes,
-            [latest[n].received_at for n in nodes],
-            [window_end.get(n) for n in nodes],
-            [(latest[n].signed_at - latest[n].received_at).total_seconds() for n in nodes],
-            [latest[n].batch.agent.version or "" for n in nodes],
-            [latest[n].batch.agent.driver_version or "" for n in nodes],
+            _json(
+                {
+                    "n": n,
+                    "seen": latest[n].received_at,
+                    "wend": window_end.get(n),
+                    "skew": (latest[n].signed_at - latest[n].received_at).total_seconds(),
+                    "av": latest[n].batch.agent.version or "",
+                    "dv": latest[n].batch.agent.driver_version or "",
+                }
+                for n in latest
+            )
         ],
     )
