@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from telemetry.models import RejectedRecord
 from telemetry.schema import EVENT_KINDS, Batch, SchemaError, Window, batch_decode_gzip
-from telemetry.services.derived import derived_mark, hour_marks
+from telemetry.services.derived import derived_mark, instant_marks
 from telemetry.services.partitions import window_partitions_ensure
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,8 @@ class _Loaded:
 class _Work:
     window_rows: list[tuple[Any, ...]] = field(default_factory=list)
     # (NVML UUID, UTC hour): strings hash in C, uuid.UUID objects in Python.
-    marks: set[tuple[str, dt.datetime]] = field(default_factory=set)
+    # (NVML UUID, UTC hour) → [first, last] window_start touched there.
+    marks: dict[tuple[str, dt.datetime], list[dt.datetime]] = field(default_factory=dict)
     gpu_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # NVML UUID → GPU id
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     rejections: list[tuple[Any, ...]] = field(default_factory=list)
@@ -244,8 +245,8 @@ def _chunk_process(
         if work.rejections:
             _rejections_write(cursor, work.rejections)
         gpu_ids = work.gpu_ids
-        marks = {(gpu_ids[nvml], hour) for nvml, hour in work.marks} | hour_marks(xids)
-        derived_mark(cursor=cursor, marks=marks)
+        marks = [(gpu_ids[nvml], hour, lo, hi) for (nvml, hour), (lo, hi) in work.marks.items()]
+        derived_mark(cursor=cursor, marks=marks + instant_marks(xids))
         _node_status_update(cursor, loaded)
         cursor.execute(
             """
@@ -467,7 +468,13 @@ def _validate(
                 hour = hour_of[start] = start.astimezone(dt.UTC).replace(
                     minute=0, second=0, microsecond=0
                 )
-            marks.add((w.gpu_uuid, hour))
+            span = marks.get((w.gpu_uuid, hour))
+            if span is None:
+                marks[(w.gpu_uuid, hour)] = [start, start]
+            elif start < span[0]:
+                span[0] = start
+            elif start > span[1]:
+                span[1] = start
         item.accepted_windows = accepted
         item.last_window_start = last_start
         for index, e in enumerate(item.batch.events):
