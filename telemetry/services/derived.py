@@ -53,26 +53,24 @@ PASS_LOCK = 0x64_65_72_69_76_65_64
 # Marks, sorted so that two window transactions lock shared marks in the same order. They
 # travel as one JSON document: msgspec encodes thousands of pairs in C, where psycopg would
 # dump an array parameter element by element in Python.
-# A mark that already covers the new instants is only locked (no new row version); one that
-# does not is widened.
+# A mark that already reaches back far enough is only locked (no new row version): windows
+# arrive in time order, so only a late one rewrites a mark.
 _MARK = """
-INSERT INTO telemetry_derivedwork AS d (gpu_id, hour, lo, hi)
-SELECT m.g, m.h, min(m.lo), max(m.hi)
-  FROM json_to_recordset(%s::json) AS m(g uuid, h timestamptz, lo timestamptz, hi timestamptz)
+INSERT INTO telemetry_derivedwork AS d (gpu_id, hour, lo)
+SELECT m.g, m.h, min(m.lo)
+  FROM json_to_recordset(%s::json) AS m(g uuid, h timestamptz, lo timestamptz)
  GROUP BY m.g, m.h
  ORDER BY m.g, m.h
-ON CONFLICT (gpu_id, hour) DO UPDATE
-   SET lo = least(d.lo, EXCLUDED.lo), hi = greatest(d.hi, EXCLUDED.hi)
- WHERE EXCLUDED.lo < d.lo OR EXCLUDED.hi > d.hi
+ON CONFLICT (gpu_id, hour) DO UPDATE SET lo = EXCLUDED.lo WHERE EXCLUDED.lo < d.lo
 """
 
 _TEMP = """
 CREATE TEMP TABLE IF NOT EXISTS telemetry_claimed (
-    gpu_id uuid, hour timestamptz, lo timestamptz, hi timestamptz, PRIMARY KEY (gpu_id, hour)
+    gpu_id uuid, hour timestamptz, lo timestamptz, PRIMARY KEY (gpu_id, hour)
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS telemetry_islands (
     gpu_id uuid, lo timestamptz, hi timestamptz, p timestamptz, n timestamptz,
-    PRIMARY KEY (gpu_id, lo)
+    last timestamptz, PRIMARY KEY (gpu_id, lo)
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS telemetry_touched_hours (
     gpu_id uuid, hour timestamptz, PRIMARY KEY (gpu_id, hour)
@@ -81,26 +79,29 @@ TRUNCATE telemetry_claimed, telemetry_islands, telemetry_touched_hours;
 """
 
 _CLAIM = """
-INSERT INTO telemetry_claimed (gpu_id, hour, lo, hi)
-SELECT gpu_id, hour, lo, hi FROM telemetry_derivedwork
+INSERT INTO telemetry_claimed (gpu_id, hour, lo)
+SELECT gpu_id, hour, lo FROM telemetry_derivedwork
  ORDER BY marked_at LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
 """
 
-# Consecutive claimed hours of a GPU form one island, touched from lo to hi (the first and
-# last instants marked in it); p: the GPU's last window before lo, n: its first window after
-# hi (both within LOOKAROUND). Only transitions in (p, n] can have changed.
+# Consecutive claimed hours of a GPU form one island, touched from lo (the earliest instant
+# marked in it) to hi (the end of its last hour); p: the GPU's last window before lo, n: its
+# first window from hi on (both within LOOKAROUND), last: its last window before hi. Only
+# transitions in (p, n] can have changed.
 _ISLANDS = """
-INSERT INTO telemetry_islands (gpu_id, lo, hi, p, n)
+INSERT INTO telemetry_islands (gpu_id, lo, hi, p, n, last)
 SELECT i.gpu_id, i.lo, i.hi,
        (SELECT max(w.window_start) FROM telemetry_window w
          WHERE w.gpu_id = i.gpu_id AND w.window_start < i.lo
            AND w.window_start >= i.lo - %(around)s),
        (SELECT min(w.window_start) FROM telemetry_window w
-         WHERE w.gpu_id = i.gpu_id AND w.window_start > i.hi
-           AND w.window_start <= i.hi + %(around)s)
-  FROM (SELECT gpu_id, min(lo) AS lo, max(hi) AS hi
-          FROM (SELECT gpu_id, lo, hi,
+         WHERE w.gpu_id = i.gpu_id AND w.window_start >= i.hi
+           AND w.window_start < i.hi + %(around)s),
+       (SELECT max(w.window_start) FROM telemetry_window w
+         WHERE w.gpu_id = i.gpu_id AND w.window_start >= i.lo AND w.window_start < i.hi)
+  FROM (SELECT gpu_id, min(lo) AS lo, max(hour) + interval '1 hour' AS hi
+          FROM (SELECT gpu_id, hour, lo,
                        hour - interval '1 hour' * row_number() OVER (
                            PARTITION BY gpu_id ORDER BY hour) AS run
                   FROM telemetry_claimed) c
@@ -112,13 +113,13 @@ JOIN telemetry_window w ON w.gpu_id = t.gpu_id
  AND w.window_start >= coalesce(t.p, t.lo) AND w.window_start <= coalesce(t.n, t.hi)
 """
 
-# Transitions strictly after p up to n (or up to hi: a no_data that beat dated at the end of
-# a GPU's last window stays until a later window replaces it).
+# Transitions strictly after p up to n (or up to the island's last window: a no_data that
+# beat dated at the end of a GPU's last window stays until a later window replaces it).
 _TRANSITIONS_DELETE = """
 DELETE FROM telemetry_gpustatetransition s USING telemetry_islands t
  WHERE s.gpu_id = t.gpu_id
    AND s.at > coalesce(t.p, t.lo - interval '1 microsecond')
-   AND s.at <= coalesce(t.n, t.hi)
+   AND s.at <= coalesce(t.n, t.last)
 """
 
 # A gap between windows is no_data from the end of the earlier one; a window whose state
@@ -217,23 +218,22 @@ DELETE FROM telemetry_derivedwork d USING telemetry_claimed c
 
 
 def derived_mark(
-    *, cursor: Any, marks: Iterable[tuple[uuid.UUID, dt.datetime, dt.datetime, dt.datetime]]
+    *, cursor: Any, marks: Iterable[tuple[uuid.UUID, dt.datetime, dt.datetime]]
 ) -> None:
     """Records, inside the caller's (window-writing) transaction, that these (GPU, UTC hour,
-    first, last instant touched) need their transitions and rollup recomputed. The same
+    earliest instant touched) need their transitions and rollup recomputed. The same
     (GPU, hour) may come more than once: SQL merges them."""
-    document = [{"g": g, "h": h, "lo": lo, "hi": hi} for g, h, lo, hi in marks]
+    document = [{"g": g, "h": h, "lo": lo} for g, h, lo in marks]
     if document:
         cursor.execute(_MARK, [msgspec.json.encode(document).decode()])
 
 
 def instant_marks(
     pairs: Iterable[tuple[uuid.UUID, dt.datetime]],
-) -> list[tuple[uuid.UUID, dt.datetime, dt.datetime, dt.datetime]]:
+) -> list[tuple[uuid.UUID, dt.datetime, dt.datetime]]:
     """(GPU, instant) pairs — XID events, say — as marks."""
     return [
-        (g, at.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0), at, at)
-        for g, at in pairs
+        (g, at.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0), at) for g, at in pairs
     ]
 
 

@@ -170,8 +170,8 @@ class _Loaded:
 class _Work:
     window_rows: list[tuple[Any, ...]] = field(default_factory=list)
     # (NVML UUID, UTC hour): strings hash in C, uuid.UUID objects in Python.
-    # (NVML UUID, UTC hour) → [first, last] window_start touched there.
-    marks: dict[tuple[str, dt.datetime], list[dt.datetime]] = field(default_factory=dict)
+    # (NVML UUID, UTC hour) → the earliest window_start touched there.
+    marks: dict[tuple[str, dt.datetime], dt.datetime] = field(default_factory=dict)
     gpu_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # NVML UUID → GPU id
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     rejections: list[tuple[Any, ...]] = field(default_factory=list)
@@ -245,7 +245,7 @@ def _chunk_process(
         if work.rejections:
             _rejections_write(cursor, work.rejections)
         gpu_ids = work.gpu_ids
-        marks = [(gpu_ids[nvml], hour, lo, hi) for (nvml, hour), (lo, hi) in work.marks.items()]
+        marks = [(gpu_ids[nvml], hour, lo) for (nvml, hour), lo in work.marks.items()]
         derived_mark(cursor=cursor, marks=marks + instant_marks(xids))
         _node_status_update(cursor, loaded)
         cursor.execute(
@@ -468,13 +468,9 @@ def _validate(
                 hour = hour_of[start] = start.astimezone(dt.UTC).replace(
                     minute=0, second=0, microsecond=0
                 )
-            span = marks.get((w.gpu_uuid, hour))
-            if span is None:
-                marks[(w.gpu_uuid, hour)] = [start, start]
-            elif start < span[0]:
-                span[0] = start
-            elif start > span[1]:
-                span[1] = start
+            earliest = marks.get((w.gpu_uuid, hour))
+            if earliest is None or start < earliest:
+                marks[(w.gpu_uuid, hour)] = start
         item.accepted_windows = accepted
         item.last_window_start = last_start
         for index, e in enumerate(item.batch.events):

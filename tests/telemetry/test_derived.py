@@ -131,8 +131,8 @@ def test_incremental_with_deferred_partial_passes_equals_a_rebuild(node, post):
     GpuStateTransition.objects.all().delete()
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO telemetry_derivedwork (gpu_id, hour, lo, hi) SELECT gpu_id, "
-            "date_trunc('hour', window_start, 'UTC'), min(window_start), max(window_start) "
+            "INSERT INTO telemetry_derivedwork (gpu_id, hour, lo) SELECT gpu_id, "
+            "date_trunc('hour', window_start, 'UTC'), min(window_start) "
             "FROM telemetry_window GROUP BY 1, 2"
         )
     derived_drain(limit=1000)
@@ -167,10 +167,9 @@ def test_a_pass_skips_marks_whose_windows_are_not_committed(post):
     batches_process(worker="w")
     with side_connection() as other:
         other.execute(
-            "INSERT INTO telemetry_derivedwork AS d (gpu_id, hour, lo, hi) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (gpu_id, hour) DO UPDATE "
-            "SET lo = least(d.lo, EXCLUDED.lo) WHERE EXCLUDED.lo < d.lo",
-            [g0.id, T0, at(0), at(0)],
+            "INSERT INTO telemetry_derivedwork AS d (gpu_id, hour, lo) VALUES (%s, %s, %s) "
+            "ON CONFLICT (gpu_id, hour) DO UPDATE SET lo = EXCLUDED.lo WHERE EXCLUDED.lo < d.lo",
+            [g0.id, T0, at(0)],
         )  # its windows are not committed yet; the mark covers them already: locked only
         assert derived_process(limit=100).claimed == 0
         assert HourlyRollup.objects.count() == 0
