@@ -33,8 +33,8 @@ def batches_process(self: object) -> int:
     """Claims and processes pending batches until none are left or the budget is spent.
 
     When a claim comes back full, another task is queued at once so that a second worker
-    drains in parallel. Whatever it commits leaves (GPU, hour) marks: a derived pass is
-    queued for them (at most one waits).
+    drains in parallel. Each chunk it commits leaves (GPU, hour) marks and queues a derived
+    pass for them (at most one waits).
     """
     processing_started()
     worker = f"{getattr(getattr(self, 'request', None), 'hostname', 'worker')}:{os.getpid()}"
@@ -45,9 +45,7 @@ def batches_process(self: object) -> int:
     while True:
         result = processing.batches_process(worker=worker, limit=limit)
         total += result.processed
-        if result.processed:
-            derived_kick()
-        if result.claimed < limit:
+        if not result.full:
             return total
         if not fanned_out:
             processing_kick()

@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from telemetry.dispatch import derived_kick
 from telemetry.models import RejectedRecord
 from telemetry.schema import EVENT_KINDS, Batch, SchemaError, Window, batch_decode_gzip
 from telemetry.services.derived import derived_mark, instant_marks
@@ -57,6 +58,7 @@ COPY_STAGE = f"COPY telemetry_window_stage ({', '.join(WINDOW_COLUMNS)}) FROM ST
 @dataclass
 class ProcessResult:
     claimed: int = 0
+    full: bool = False  # the claim hit a limit: more batches are probably waiting
     processed: int = 0
     failed: int = 0
     windows: int = 0
@@ -69,9 +71,14 @@ class Claim:
     window_count: int
 
 
-def batches_claim(*, worker: str, limit: int) -> list[Claim]:
-    """Claims up to ``limit`` of the oldest pending (or abandoned) batches for ``worker``."""
+def batches_claim(*, worker: str, limit: int, windows: int | None = None) -> list[Claim]:
+    """Claims up to ``limit`` of the oldest pending (or abandoned) batches for ``worker``, and
+    no more batches than it takes to reach ``windows`` windows (``TELEMETRY_CLAIM_WINDOWS``):
+    a backlog of 60-minute batches is then shared between worker processes instead of going
+    whole to the first. The candidates are picked without locks (a running sum cannot be
+    taken with ``FOR UPDATE``), then locked with ``SKIP LOCKED`` and re-checked."""
     timeout = dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S)
+    windows = windows or settings.TELEMETRY_CLAIM_WINDOWS
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             """
@@ -79,15 +86,24 @@ def batches_claim(*, worker: str, limit: int) -> list[Claim]:
                SET status = 'claimed', claimed_at = now(), claimed_by = %(worker)s,
                    attempts = b.attempts + 1
               FROM (SELECT id FROM telemetry_ingestbatch
-                     WHERE status IN ('pending', 'claimed')
+                     WHERE id IN (
+                            SELECT id FROM (
+                                SELECT id, sum(window_count) OVER (ORDER BY received_at, id)
+                                           - window_count AS before
+                                  FROM telemetry_ingestbatch
+                                 WHERE status IN ('pending', 'claimed')
+                                   AND (status = 'pending' OR claimed_at < now() - %(timeout)s)
+                                 ORDER BY received_at, id
+                                 LIMIT %(limit)s) candidates
+                             WHERE before < %(windows)s)
+                       AND status IN ('pending', 'claimed')
                        AND (status = 'pending' OR claimed_at < now() - %(timeout)s)
                      ORDER BY received_at, id
-                     LIMIT %(limit)s
                      FOR UPDATE SKIP LOCKED) AS picked
              WHERE b.id = picked.id
             RETURNING b.id, b.window_count, b.attempts
             """,
-            {"worker": worker, "timeout": timeout, "limit": limit},  # type: ignore[dict-item]
+            {"worker": worker, "timeout": timeout, "limit": limit, "windows": windows},  # type: ignore[dict-item]
         )
         rows = cursor.fetchall()
         # A batch that keeps killing its worker is set aside for an operator, not retried forever.
@@ -110,8 +126,13 @@ def batches_process(
 ) -> ProcessResult:
     """Claims a set of batches and processes them in chunks of about
     ``TELEMETRY_CHUNK_WINDOWS`` windows, one transaction each."""
-    claims = batches_claim(worker=worker, limit=limit or settings.TELEMETRY_CLAIM_BATCHES)
-    result = ProcessResult(claimed=len(claims))
+    limit = limit or settings.TELEMETRY_CLAIM_BATCHES
+    claims = batches_claim(worker=worker, limit=limit)
+    claimed_windows = sum(c.window_count for c in claims)
+    result = ProcessResult(
+        claimed=len(claims),
+        full=len(claims) >= limit or claimed_windows >= settings.TELEMETRY_CLAIM_WINDOWS,
+    )
     for chunk in _chunks(claims, settings.TELEMETRY_CHUNK_WINDOWS):
         try:
             _chunk_process(chunk, worker=worker, result=result, optimistic_copy=optimistic_copy)
@@ -247,6 +268,9 @@ def _chunk_process(
         gpu_ids = work.gpu_ids
         marks = [(gpu_ids[nvml], hour, lo) for (nvml, hour), lo in work.marks.items()]
         derived_mark(cursor=cursor, marks=marks + instant_marks(xids))
+        # Queue the derived pass as soon as this chunk's marks are visible, not after the
+        # whole claim: in a catch-up it then runs beside the window path, not after it.
+        transaction.on_commit(derived_kick)
         _node_status_update(cursor, loaded)
         cursor.execute(
             """
