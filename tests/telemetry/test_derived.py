@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
+from typing import Any
 
 import psycopg
 import pytest
@@ -53,6 +54,34 @@ def transition_rows():
     return sorted(GpuStateTransition.objects.values_list("gpu_id", "state", "at", "reason"))
 
 
+@pytest.fixture
+def no_queued_passes(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """These tests stage races between the window path and passes by hand: keep the session's
+    Celery worker (if one runs) out of them. Batches stored and chunks committed here queue no
+    task, and any pass queued or in flight from an earlier test is waited for (its kick flag
+    gone, the pass lock free)."""
+    import time
+
+    from django.core.cache import cache
+
+    from telemetry.dispatch import DERIVED_KICK_KEY
+    from telemetry.services import ingest, processing
+
+    monkeypatch.setattr(processing, "derived_kick", lambda: None)
+    monkeypatch.setattr(ingest, "processing_kick", lambda: None)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [PASS_LOCK])
+            (free,) = cursor.fetchone()
+            if free:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [PASS_LOCK])
+        if free and cache.get(DERIVED_KICK_KEY) is None:
+            return
+        time.sleep(0.1)
+    raise AssertionError("a derived pass queued by an earlier test never finished")
+
+
 def side_connection() -> psycopg.Connection:
     """A second session on the test database, as another worker would have."""
     from django.conf import settings
@@ -74,9 +103,10 @@ def test_the_window_path_only_marks_and_the_pass_computes_and_clears(node, post)
     result = derived_process(limit=100)
     assert (result.claimed, result.rollups, result.busy) == (3, 3, False)
     assert marks() == []
-    assert [(r.gpu_id, r.hour, r.windows) for r in HourlyRollup.objects.order_by("hour", "gpu")] \
-        == sorted([(g0.id, T0, 2), (g1.id, T0, 1), (g0.id, T0 + HOUR, 1)],
-                  key=lambda r: (r[1], r[0]))  # fmt: skip
+    rollups = HourlyRollup.objects.order_by("hour", "gpu_id")  # gpu_id: not Gpu's ordering
+    assert [(r.gpu_id, r.hour, r.windows) for r in rollups] == sorted(
+        [(g0.id, T0, 2), (g1.id, T0, 1), (g0.id, T0 + HOUR, 1)], key=lambda r: (r[1], r[0])
+    )
     assert transition_rows() == sorted([(g0.id, "up", at(58), ""), (g1.id, "up", at(5), "")])
 
 
@@ -156,6 +186,7 @@ def test_a_stale_no_data_survives_a_pass_that_runs_after_it(node, post):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_queued_passes")
 def test_a_pass_skips_marks_whose_windows_are_not_committed(post):
     """A window transaction holds a mark it met (ON CONFLICT … WHERE false locks it): the
     pass must not clear it before those windows are visible."""
@@ -179,6 +210,7 @@ def test_a_pass_skips_marks_whose_windows_are_not_committed(post):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_queued_passes")
 def test_a_window_arriving_while_its_hour_is_recomputed_is_not_lost(post):
     """The pass holds the hour's mark and computes from a snapshot without the new window;
     the window's transaction waits for the pass, then leaves a fresh mark."""
@@ -224,6 +256,7 @@ def _process_in_thread() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_queued_passes")
 def test_concurrent_passes_claim_each_mark_once(post):
     from telemetry.testing import fleet_node
 
