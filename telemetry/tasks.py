@@ -12,8 +12,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from telemetry.dispatch import processing_kick, processing_started
-from telemetry.services import processing, upkeep
+from telemetry.dispatch import derived_kick, derived_started, processing_kick, processing_started
+from telemetry.services import derived, processing, upkeep
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,8 @@ def batches_process(self: object) -> int:
     """Claims and processes pending batches until none are left or the budget is spent.
 
     When a claim comes back full, another task is queued at once so that a second worker
-    drains in parallel.
+    drains in parallel. Each chunk it commits leaves (GPU, hour) marks and queues a derived
+    pass for them (at most one waits).
     """
     processing_started()
     worker = f"{getattr(getattr(self, 'request', None), 'hostname', 'worker')}:{os.getpid()}"
@@ -44,7 +45,7 @@ def batches_process(self: object) -> int:
     while True:
         result = processing.batches_process(worker=worker, limit=limit)
         total += result.processed
-        if result.claimed < limit:
+        if not result.full:
             return total
         if not fanned_out:
             processing_kick()
@@ -52,6 +53,46 @@ def batches_process(self: object) -> int:
         if time.monotonic() - started > DRAIN_BUDGET_S:
             processing_kick()
             return total
+
+
+@shared_task(
+    name="telemetry.derived_process",
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    retry_backoff_max=30,
+    max_retries=None,
+)
+def derived_process() -> int:
+    """Recomputes marked (GPU, hour) pairs in passes until none are left or the budget is
+    spent. Passes run one at a time; if one is running, this one comes back a second later."""
+    derived_started()
+    limit = settings.TELEMETRY_DERIVED_CLAIM_HOURS
+    started = time.monotonic()
+    total = 0
+    while True:
+        result = derived.derived_process(limit=limit)
+        total += result.claimed
+        if result.busy:
+            derived_kick(countdown=1.0)
+            return total
+        if result.claimed < limit:
+            return total
+        if time.monotonic() - started > DRAIN_BUDGET_S:
+            derived_kick()
+            return total
+
+
+@shared_task(name="telemetry.derived_sweep", ignore_result=True)
+def derived_sweep() -> int:
+    """Re-queues the derived pass when marks wait longer than they should (lost task)."""
+    waiting = upkeep.derived_needing_work(
+        now=timezone.now(),
+        older_than=dt.timedelta(seconds=settings.TELEMETRY_DERIVED_SWEEP_AFTER_S),
+    )
+    if waiting:
+        log.warning("sweep: %d derived marks waited too long; re-queueing the pass", waiting)
+        derived_kick()
+    return waiting
 
 
 @shared_task(name="telemetry.batches_sweep", ignore_result=True)

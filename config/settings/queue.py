@@ -41,9 +41,11 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "beat-heartbeat": {"task": "steward.beat_heartbeat", "schedule": 60.0},
-    # Telemetry: the outbox sweep (Redis may lose tasks; PostgreSQL keeps the batches),
+    # Telemetry: the outbox sweeps (Redis may lose tasks; PostgreSQL keeps batches and marks),
     # staleness, daily partitions ahead and raw retention.
     "telemetry-batches-sweep": {"task": "telemetry.batches_sweep", "schedule": 60.0},
+    # Derived work (transitions, rollups) left marked by a lost task.
+    "telemetry-derived-sweep": {"task": "telemetry.derived_sweep", "schedule": 60.0},
     "telemetry-nodes-mark-stale": {"task": "telemetry.nodes_mark_stale", "schedule": 60.0},
     "telemetry-partitions-maintain": {
         "task": "telemetry.partitions_maintain",

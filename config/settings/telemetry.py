@@ -18,9 +18,16 @@ TELEMETRY_BOOTSTRAP_TOKEN_TTL_S = env_int("TELEMETRY_BOOTSTRAP_TOKEN_TTL_S", 86_
 
 # The worker: batches claimed per task, windows per transaction, and when a claim expires.
 TELEMETRY_CLAIM_BATCHES = env_int("TELEMETRY_CLAIM_BATCHES", 2000, minimum=1)
+# ... and no more batches than it takes to reach this many windows, so that a backlog of large
+# batches is shared between worker processes.
+TELEMETRY_CLAIM_WINDOWS = env_int("TELEMETRY_CLAIM_WINDOWS", 40_000, minimum=1)
 TELEMETRY_CHUNK_WINDOWS = env_int("TELEMETRY_CHUNK_WINDOWS", 20_000, minimum=1)
 TELEMETRY_CLAIM_TIMEOUT_S = env_int("TELEMETRY_CLAIM_TIMEOUT_S", 300, minimum=1)
 TELEMETRY_MAX_ATTEMPTS = env_int("TELEMETRY_MAX_ATTEMPTS", 5, minimum=1)
+# The derived pass: (GPU, hour) marks recomputed per transaction, and how old a mark may get
+# before beat's sweep re-queues the pass (its task was lost).
+TELEMETRY_DERIVED_CLAIM_HOURS = env_int("TELEMETRY_DERIVED_CLAIM_HOURS", 20_000, minimum=1)
+TELEMETRY_DERIVED_SWEEP_AFTER_S = env_int("TELEMETRY_DERIVED_SWEEP_AFTER_S", 30, minimum=0)
 # The sweep re-queues batches still pending after this long (Redis lost the task).
 TELEMETRY_SWEEP_AFTER_S = env_int("TELEMETRY_SWEEP_AFTER_S", 120, minimum=0)
 # A window more than this far ahead of the server's clock is rejected.

@@ -4,46 +4,108 @@ Both are recomputed from the windows themselves for whatever a change could affe
 patched with deltas. That makes them idempotent under at-least-once delivery, and makes an
 incremental update and a rebuild of any range give exactly the same rows.
 
+The ingest path does not compute them. Its chunk transaction only *marks* the (GPU, hour)
+pairs it touched, in ``telemetry_derivedwork`` (``derived_mark``); ``derived_process`` later
+claims marks in bulk, recomputes each marked hour once however many windows arrived for it,
+and deletes the marks in the same transaction. So a GPU-hour that received 60 windows in 60
+chunks is recomputed once per pass, not 60 times, and the window path never reads back what it
+wrote.
+
+Races, and why none loses work:
+
+* A mark is written with ``ON CONFLICT DO UPDATE … WHERE false``: no new row version, but the
+  existing mark is *locked* until the window transaction commits. The derived pass claims with
+  ``FOR UPDATE SKIP LOCKED``, so it never takes a mark whose windows are not yet committed; and
+  a window transaction that meets a mark the pass holds waits for the pass to commit (the mark
+  is then gone) and inserts a fresh one, which the next pass takes.
+* Passes run one at a time per database (a transaction-level advisory lock; a pass that finds
+  it taken returns at once and is re-queued). Two passes over neighbouring hours of one GPU
+  would otherwise each write transitions and rollups from their own snapshot, and the older
+  one could land last.
+
 A window's counter deltas (energy, ECC) are taken against the GPU's previous window within
 ``LOOKAROUND`` (2 days); a counter that went backwards was reset (driver reload), so the
 delta is the new value itself. The same bound limits how far a late window reaches: the next
-window within it is the only other one whose delta, hour and transition can change.
+window within it is the only other one whose delta, hour and transition can change. Hence a
+marked run of hours is recomputed together with the first window after it (its transition,
+and its hour's rollup).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+import psycopg
 from django.db import connection, transaction
 
 LOOKAROUND = dt.timedelta(days=2)
 WINDOW = dt.timedelta(seconds=60)
 MJ_PER_KWH = 3_600_000_000
+# pg_advisory_xact_lock key of the derived pass (and of rollups_rebuild): "derived" in ASCII.
+PASS_LOCK = 0x64_65_72_69_76_65_64
 
-_TOUCHED = """
-CREATE TEMP TABLE IF NOT EXISTS telemetry_touched (
-    gpu_id uuid PRIMARY KEY, lo timestamptz, hi timestamptz, p timestamptz, n timestamptz
+# Marks, sorted so that two window transactions lock shared marks in the same order. They
+# travel as one JSON document: msgspec encodes thousands of pairs in C, where psycopg would
+# dump an array parameter element by element in Python.
+# A mark that already reaches back far enough is only locked (no new row version): windows
+# arrive in time order, so only a late one rewrites a mark.
+_MARK = """
+INSERT INTO telemetry_derivedwork AS d (gpu_id, hour, lo)
+SELECT m.g, m.h, min(m.lo)
+  FROM json_to_recordset(%s::json) AS m(g uuid, h timestamptz, lo timestamptz)
+ GROUP BY m.g, m.h
+ ORDER BY m.g, m.h
+ON CONFLICT (gpu_id, hour) DO UPDATE SET lo = EXCLUDED.lo WHERE EXCLUDED.lo < d.lo
+"""
+
+_TEMP = """
+CREATE TEMP TABLE IF NOT EXISTS telemetry_claimed (
+    gpu_id uuid, hour timestamptz, lo timestamptz, PRIMARY KEY (gpu_id, hour)
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS telemetry_islands (
+    gpu_id uuid, lo timestamptz, hi timestamptz, p timestamptz, n timestamptz,
+    last timestamptz, PRIMARY KEY (gpu_id, lo)
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS telemetry_touched_hours (
     gpu_id uuid, hour timestamptz, PRIMARY KEY (gpu_id, hour)
 ) ON COMMIT DELETE ROWS;
-TRUNCATE telemetry_touched, telemetry_touched_hours;
+TRUNCATE telemetry_claimed, telemetry_islands, telemetry_touched_hours;
 """
 
-# p: start of the GPU's window just before the new ones; n: of the one just after them.
-_BOUNDS = """
-INSERT INTO telemetry_touched (gpu_id, lo, hi, p, n)
-SELECT t.gpu_id, t.lo, t.hi,
+_CLAIM = """
+INSERT INTO telemetry_claimed (gpu_id, hour, lo)
+SELECT gpu_id, hour, lo FROM telemetry_derivedwork
+ ORDER BY marked_at LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED
+"""
+
+# Consecutive claimed hours of a GPU form one island, touched from lo (the earliest instant
+# marked in it) to hi (the end of its last hour); p: the GPU's last window before lo, n: its
+# first window from hi on (both within LOOKAROUND), last: its last window before hi. Only
+# transitions in (p, n] can have changed.
+_ISLANDS = """
+INSERT INTO telemetry_islands (gpu_id, lo, hi, p, n, last)
+SELECT i.gpu_id, i.lo, i.hi,
        (SELECT max(w.window_start) FROM telemetry_window w
-         WHERE w.gpu_id = t.gpu_id AND w.window_start < t.lo
-           AND w.window_start >= t.lo - %(around)s),
+         WHERE w.gpu_id = i.gpu_id AND w.window_start < i.lo
+           AND w.window_start >= i.lo - %(around)s),
        (SELECT min(w.window_start) FROM telemetry_window w
-         WHERE w.gpu_id = t.gpu_id AND w.window_start > t.hi
-           AND w.window_start <= t.hi + %(around)s)
-  FROM unnest(%(gpus)s::uuid[], %(los)s::timestamptz[], %(his)s::timestamptz[]) AS t(gpu_id, lo, hi)
+         WHERE w.gpu_id = i.gpu_id AND w.window_start >= i.hi
+           AND w.window_start < i.hi + %(around)s),
+       (SELECT max(w.window_start) FROM telemetry_window w
+         WHERE w.gpu_id = i.gpu_id AND w.window_start >= i.lo AND w.window_start < i.hi)
+  FROM (SELECT gpu_id, min(lo) AS lo, max(hour) + interval '1 hour' AS hi
+          FROM (SELECT gpu_id, hour, lo,
+                       hour - interval '1 hour' * row_number() OVER (
+                           PARTITION BY gpu_id ORDER BY hour) AS run
+                  FROM telemetry_claimed) c
+         GROUP BY gpu_id, run) i
 """
 
 _REGION = """
@@ -51,22 +113,25 @@ JOIN telemetry_window w ON w.gpu_id = t.gpu_id
  AND w.window_start >= coalesce(t.p, t.lo) AND w.window_start <= coalesce(t.n, t.hi)
 """
 
+# Transitions strictly after p up to n (or up to the island's last window: a no_data that
+# beat dated at the end of a GPU's last window stays until a later window replaces it).
 _TRANSITIONS_DELETE = """
-DELETE FROM telemetry_gpustatetransition s USING telemetry_touched t
+DELETE FROM telemetry_gpustatetransition s USING telemetry_islands t
  WHERE s.gpu_id = t.gpu_id
-   AND s.at >= coalesce(t.p + interval '1 microsecond', t.lo)
-   AND s.at <= coalesce(t.n, t.hi + interval '60 seconds')
+   AND s.at > coalesce(t.p, t.lo - interval '1 microsecond')
+   AND s.at <= coalesce(t.n, t.last)
 """
 
 # A gap between windows is no_data from the end of the earlier one; a window whose state
-# differs from the one before it starts a transition at its window_start.
+# differs from the one before it starts a transition at its window_start. Regions of two
+# islands of one GPU may overlap at their ends; they agree there, and DISTINCT ON keeps one.
 _TRANSITIONS_INSERT = f"""
 INSERT INTO telemetry_gpustatetransition (gpu_id, state, reason, at, recorded_at)
-SELECT r.gpu_id, e.state, e.reason, e.at, now()
+SELECT DISTINCT ON (r.gpu_id, e.at) r.gpu_id, e.state, e.reason, e.at, now()
   FROM (SELECT w.gpu_id, w.window_start, w.state, w.state_reason, t.p,
                lag(w.window_start) OVER o AS prev_start, lag(w.state) OVER o AS prev_state
-          FROM telemetry_touched t {_REGION}
-        WINDOW o AS (PARTITION BY w.gpu_id ORDER BY w.window_start)) AS r
+          FROM telemetry_islands t {_REGION}
+        WINDOW o AS (PARTITION BY t.gpu_id, t.lo ORDER BY w.window_start)) AS r
  CROSS JOIN LATERAL (VALUES
     (CASE WHEN r.window_start > r.prev_start + interval '60 seconds' THEN 'no_data' END,
      'no telemetry', r.prev_start + interval '60 seconds'),
@@ -76,22 +141,18 @@ SELECT r.gpu_id, e.state, e.reason, e.at, now()
      coalesce(r.state_reason, ''), r.window_start)
  ) AS e(state, reason, at)
  WHERE e.state IS NOT NULL
+ ORDER BY r.gpu_id, e.at
 ON CONFLICT (gpu_id, at) DO UPDATE
    SET state = EXCLUDED.state, reason = EXCLUDED.reason, recorded_at = EXCLUDED.recorded_at
 """  # noqa: S608 - constants only, no input
 
-_HOURS_FROM_REGIONS = f"""
+# The marked hours, and the hour of the first window after each island (its energy and ECC
+# deltas are taken against a window the island may have changed).
+_HOURS_FROM_CLAIM = """
 INSERT INTO telemetry_touched_hours (gpu_id, hour)
-SELECT DISTINCT w.gpu_id, date_trunc('hour', w.window_start, 'UTC')
-  FROM telemetry_touched t {_REGION}
-ON CONFLICT DO NOTHING
-"""  # noqa: S608 - constants only, no input
-
-_HOURS_FROM_ARRAYS = """
-INSERT INTO telemetry_touched_hours (gpu_id, hour)
-SELECT DISTINCT g, date_trunc('hour', h, 'UTC')
-  FROM unnest(%(gpus)s::uuid[], %(ats)s::timestamptz[]) AS x(g, h)
-ON CONFLICT DO NOTHING
+SELECT gpu_id, hour FROM telemetry_claimed
+UNION
+SELECT gpu_id, date_trunc('hour', n, 'UTC') FROM telemetry_islands WHERE n IS NOT NULL
 """
 
 
@@ -150,48 +211,97 @@ ON CONFLICT (gpu_id, hour) DO UPDATE SET
     computed_at = EXCLUDED.computed_at
 """  # noqa: S608 - constants only, no input
 
+_UNMARK = """
+DELETE FROM telemetry_derivedwork d USING telemetry_claimed c
+ WHERE d.gpu_id = c.gpu_id AND d.hour = c.hour
+"""
 
-def derived_update(
-    *,
-    cursor: Any,
-    windows_by_gpu: dict[uuid.UUID, tuple[dt.datetime, dt.datetime]],
-    xid_events: Iterable[tuple[uuid.UUID, dt.datetime]] = (),
+
+def derived_mark(
+    *, cursor: Any, marks: Iterable[tuple[uuid.UUID, dt.datetime, dt.datetime]]
 ) -> None:
-    """Recomputes transitions and rollups that new windows (first..last per GPU) and new
-    XID events could change. Runs inside the caller's transaction, which must hold the
-    per-node locks of these GPUs."""
-    cursor.execute(_TOUCHED)
-    if windows_by_gpu:
-        gpus = list(windows_by_gpu)
-        cursor.execute(
-            _BOUNDS,
-            {
-                "around": LOOKAROUND,
-                "gpus": gpus,
-                "los": [windows_by_gpu[g][0] for g in gpus],
-                "his": [windows_by_gpu[g][1] for g in gpus],
-            },
-        )
+    """Records, inside the caller's (window-writing) transaction, that these (GPU, UTC hour,
+    earliest instant touched) need their transitions and rollup recomputed. The same
+    (GPU, hour) may come more than once: SQL merges them."""
+    document = [{"g": g, "h": h, "lo": lo} for g, h, lo in marks]
+    if document:
+        cursor.execute(_MARK, [msgspec.json.encode(document).decode()])
+
+
+def instant_marks(
+    pairs: Iterable[tuple[uuid.UUID, dt.datetime]],
+) -> list[tuple[uuid.UUID, dt.datetime, dt.datetime]]:
+    """(GPU, instant) pairs — XID events, say — as marks."""
+    return [
+        (g, at.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0), at) for g, at in pairs
+    ]
+
+
+@dataclass
+class DerivedResult:
+    claimed: int = 0  # marked (GPU, hour) pairs taken and cleared
+    rollups: int = 0  # hourly rollups written (marked hours and the hours after them)
+    busy: bool = False  # another pass held the lock: nothing was done
+
+
+def derived_process(*, limit: int) -> DerivedResult:
+    """One pass: claims up to ``limit`` of the oldest marks, recomputes their transitions and
+    rollups, and clears them, in one transaction. Returns at once with ``busy`` when another
+    pass is running (the caller re-queues; marks stay until a pass takes them)."""
+    result = DerivedResult()
+    with transaction.atomic():
+        cursor = psycopg.Cursor(connection.connection)
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [PASS_LOCK])
+        row = cursor.fetchone()
+        if not (row and row[0]):
+            result.busy = True
+            return result
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute(_TEMP)
+        cursor.execute(_CLAIM, {"limit": limit})
+        result.claimed = int(cursor.rowcount)
+        if not result.claimed:
+            return result
+        params = {"around": LOOKAROUND}
+        cursor.execute(_ISLANDS, params)
         cursor.execute(_TRANSITIONS_DELETE)
         cursor.execute(_TRANSITIONS_INSERT)
-        cursor.execute(_HOURS_FROM_REGIONS)
-    xids = list(xid_events)
-    if xids:
-        cursor.execute(
-            _HOURS_FROM_ARRAYS, {"gpus": [g for g, _ in xids], "ats": [at for _, at in xids]}
-        )
-    cursor.execute(_ROLLUPS, {"around": LOOKAROUND})
+        cursor.execute(_HOURS_FROM_CLAIM)
+        cursor.execute(_ROLLUPS, params)
+        result.rollups = int(cursor.rowcount)
+        cursor.execute(_UNMARK)
+    return result
+
+
+def derived_drain(*, limit: int, budget_s: float | None = None) -> DerivedResult:
+    """Passes until no marks are left (or ``budget_s`` is spent, or another pass is busy)."""
+    total = DerivedResult()
+    started = time.monotonic()
+    while True:
+        result = derived_process(limit=limit)
+        total.claimed += result.claimed
+        total.rollups += result.rollups
+        total.busy = result.busy
+        if result.busy or result.claimed < limit:
+            return total
+        if budget_s is not None and time.monotonic() - started > budget_s:
+            return total
 
 
 def rollups_rebuild(
     *, start: dt.datetime, end: dt.datetime, gpu_ids: list[uuid.UUID] | None = None
 ) -> int:
-    """Recomputes every hourly rollup in ``[start, end)`` that has windows or XID events."""
+    """Recomputes every hourly rollup in ``[start, end)`` that has windows or XID events.
+
+    Waits for a running derived pass (the same lock), so the two never write one row from
+    different snapshots. Marks in the range stay: the next pass recomputes them (same rows).
+    """
     gpu_filter = "AND gpu_id = ANY(%(gpus)s)" if gpu_ids is not None else ""
     params: dict[str, Any] = {"start": start, "end": end, "gpus": gpu_ids, "around": LOOKAROUND}
     with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PASS_LOCK])
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        cursor.execute(_TOUCHED)
+        cursor.execute(_TEMP)
         cursor.execute(
             f"""
             INSERT INTO telemetry_touched_hours (gpu_id, hour)

@@ -1,10 +1,15 @@
-"""The worker's side: claim pending batches in bulk, validate, COPY, derive, mark processed.
+"""The worker's side: claim pending batches in bulk, validate, COPY, mark derived work, done.
 
 A claim is a committed compare-and-set (``status='claimed', claimed_by=me``) over rows picked
 with ``FOR UPDATE SKIP LOCKED``, so concurrent workers never take the same batch and an
 operator can see who holds what. A claim older than ``TELEMETRY_CLAIM_TIMEOUT_S`` (its worker
 died) is taken over by the next claim. Processing then runs one transaction per chunk, which
 re-checks the claim under a row lock before writing anything.
+
+Transitions and rollups are not computed here: the chunk marks the (GPU, hour) pairs it
+touched and ``telemetry.services.derived.derived_process`` recomputes them later, coalesced.
+The per-window loop (``_validate``) is the hot path of the whole ingest: it resolves GPUs
+through a per-chunk map, checks with plain comparisons and builds each COPY row once.
 """
 
 from __future__ import annotations
@@ -14,19 +19,20 @@ import hashlib
 import json
 import logging
 import uuid
-from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import psycopg
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
+from telemetry.dispatch import derived_kick
 from telemetry.models import RejectedRecord
 from telemetry.schema import EVENT_KINDS, Batch, SchemaError, Window, batch_decode_gzip
-from telemetry.services.derived import derived_update
+from telemetry.services.derived import derived_mark, instant_marks
 from telemetry.services.partitions import window_partitions_ensure
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,7 @@ COPY_STAGE = f"COPY telemetry_window_stage ({', '.join(WINDOW_COLUMNS)}) FROM ST
 @dataclass
 class ProcessResult:
     claimed: int = 0
+    full: bool = False  # the claim hit a limit: more batches are probably waiting
     processed: int = 0
     failed: int = 0
     windows: int = 0
@@ -64,9 +71,14 @@ class Claim:
     window_count: int
 
 
-def batches_claim(*, worker: str, limit: int) -> list[Claim]:
-    """Claims up to ``limit`` of the oldest pending (or abandoned) batches for ``worker``."""
+def batches_claim(*, worker: str, limit: int, windows: int | None = None) -> list[Claim]:
+    """Claims up to ``limit`` of the oldest pending (or abandoned) batches for ``worker``, and
+    no more batches than it takes to reach ``windows`` windows (``TELEMETRY_CLAIM_WINDOWS``):
+    a backlog of 60-minute batches is then shared between worker processes instead of going
+    whole to the first. The candidates are picked without locks (a running sum cannot be
+    taken with ``FOR UPDATE``), then locked with ``SKIP LOCKED`` and re-checked."""
     timeout = dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S)
+    windows = windows or settings.TELEMETRY_CLAIM_WINDOWS
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             """
@@ -74,15 +86,24 @@ def batches_claim(*, worker: str, limit: int) -> list[Claim]:
                SET status = 'claimed', claimed_at = now(), claimed_by = %(worker)s,
                    attempts = b.attempts + 1
               FROM (SELECT id FROM telemetry_ingestbatch
-                     WHERE status IN ('pending', 'claimed')
+                     WHERE id IN (
+                            SELECT id FROM (
+                                SELECT id, sum(window_count) OVER (ORDER BY received_at, id)
+                                           - window_count AS before
+                                  FROM telemetry_ingestbatch
+                                 WHERE status IN ('pending', 'claimed')
+                                   AND (status = 'pending' OR claimed_at < now() - %(timeout)s)
+                                 ORDER BY received_at, id
+                                 LIMIT %(limit)s) candidates
+                             WHERE before < %(windows)s)
+                       AND status IN ('pending', 'claimed')
                        AND (status = 'pending' OR claimed_at < now() - %(timeout)s)
                      ORDER BY received_at, id
-                     LIMIT %(limit)s
                      FOR UPDATE SKIP LOCKED) AS picked
              WHERE b.id = picked.id
             RETURNING b.id, b.window_count, b.attempts
             """,
-            {"worker": worker, "timeout": timeout, "limit": limit},  # type: ignore[dict-item]
+            {"worker": worker, "timeout": timeout, "limit": limit, "windows": windows},  # type: ignore[dict-item]
         )
         rows = cursor.fetchall()
         # A batch that keeps killing its worker is set aside for an operator, not retried forever.
@@ -105,8 +126,13 @@ def batches_process(
 ) -> ProcessResult:
     """Claims a set of batches and processes them in chunks of about
     ``TELEMETRY_CHUNK_WINDOWS`` windows, one transaction each."""
-    claims = batches_claim(worker=worker, limit=limit or settings.TELEMETRY_CLAIM_BATCHES)
-    result = ProcessResult(claimed=len(claims))
+    limit = limit or settings.TELEMETRY_CLAIM_BATCHES
+    claims = batches_claim(worker=worker, limit=limit)
+    claimed_windows = sum(c.window_count for c in claims)
+    result = ProcessResult(
+        claimed=len(claims),
+        full=len(claims) >= limit or claimed_windows >= settings.TELEMETRY_CLAIM_WINDOWS,
+    )
     for chunk in _chunks(claims, settings.TELEMETRY_CHUNK_WINDOWS):
         try:
             _chunk_process(chunk, worker=worker, result=result, optimistic_copy=optimistic_copy)
@@ -164,20 +190,25 @@ class _Loaded:
 @dataclass
 class _Work:
     window_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    windows_by_gpu: dict[uuid.UUID, tuple[dt.datetime, dt.datetime]] = field(default_factory=dict)
+    # (NVML UUID, UTC hour): strings hash in C, uuid.UUID objects in Python.
+    # (NVML UUID, UTC hour) → the earliest window_start touched there.
+    marks: dict[tuple[str, dt.datetime], dt.datetime] = field(default_factory=dict)
+    gpu_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # NVML UUID → GPU id
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     rejections: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def _load(batch_ids: list[int]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
     """Reads and decodes the raw bodies (outside the write transaction: bodies never change)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, node_id, body, received_at, signed_at FROM telemetry_ingestbatch "
-            "WHERE id = ANY(%s) ORDER BY id",
-            [batch_ids],
-        )
-        rows = cursor.fetchall()
+    # Binary results: bodies arrive as bytes, not as hex text to decode.
+    cursor = psycopg.Cursor(connection.connection)
+    cursor.execute(
+        "SELECT id, node_id, body, received_at, signed_at FROM telemetry_ingestbatch "
+        "WHERE id = ANY(%b) ORDER BY id",
+        [batch_ids],
+        binary=True,
+    )
+    rows = cursor.fetchall()
     loaded, broken = [], []
     limit = settings.TELEMETRY_MAX_INFLATED_BYTES
     for bid, node_id, body, received_at, signed_at in rows:
@@ -202,11 +233,8 @@ def _chunk_process(
     now = timezone.now()
     floor = _retention_floor(now)
     ceiling = now + _future_limit()
-    days = {
-        start.date()
-        for start in {w.window_start for item in loaded for w in item.batch.windows}
-        if floor <= start <= ceiling
-    }
+    starts = [w.window_start for item in loaded for w in item.batch.windows]
+    days = {start.date() for start in set(starts) if floor <= start <= ceiling}
     window_partitions_ensure(days=days)
 
     with transaction.atomic():
@@ -216,7 +244,7 @@ def _chunk_process(
         cursor.execute("SET LOCAL work_mem = '64MB'")
         # The claim still ours? (A claim that timed out may have passed to another worker.)
         cursor.execute(
-            "SELECT id FROM telemetry_ingestbatch WHERE id = ANY(%s) AND status = 'claimed' "
+            "SELECT id FROM telemetry_ingestbatch WHERE id = ANY(%b) AND status = 'claimed' "
             "AND claimed_by = %s ORDER BY id FOR UPDATE",
             [[item.id for item in loaded], worker],
         )
@@ -224,34 +252,44 @@ def _chunk_process(
         loaded = [item for item in loaded if item.id in ours]
         if not loaded:
             return
-        # One writer per node at a time, taken in a fixed order: derived rows (transitions,
-        # rollups) are recomputed from windows and must see every committed window.
+        # One writer per node at a time, taken in a fixed order: two chunks replaying the
+        # same windows of a node would otherwise wait on each other's unique-index entries.
         nodes = sorted({item.node_id for item in loaded})
         cursor.execute(
-            "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(%s::bigint[]) AS k ORDER BY k) s",
+            "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s",
             [[_node_lock_id(n) for n in nodes]],
         )
-        work = _validate(cursor, loaded, now=now, floor=floor)
+        work = _validate(cursor, loaded, now=now, floor=floor, starts=starts)
         if work.window_rows:
             _windows_write(cursor, work.window_rows, optimistic=optimistic_copy)
         xids = _events_write(cursor, work.event_rows)
         if work.rejections:
             _rejections_write(cursor, work.rejections)
-        derived_update(cursor=cursor, windows_by_gpu=work.windows_by_gpu, xid_events=xids)
+        gpu_ids = work.gpu_ids
+        marks = [(gpu_ids[nvml], hour, lo) for (nvml, hour), lo in work.marks.items()]
+        derived_mark(cursor=cursor, marks=marks + instant_marks(xids))
+        # Queue the derived pass as soon as this chunk's marks are visible, not after the
+        # whole claim: in a catch-up it then runs beside the window path, not after it.
+        transaction.on_commit(derived_kick)
         _node_status_update(cursor, loaded)
         cursor.execute(
             """
             UPDATE telemetry_ingestbatch b
                SET status = 'processed', processed_at = now(), error = '',
                    accepted_windows = v.aw, accepted_events = v.ae, rejected_count = v.rc
-              FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::int[]) AS v(id, aw, ae, rc)
+              FROM json_to_recordset(%s::json) AS v(id bigint, aw int, ae int, rc int)
              WHERE b.id = v.id
             """,
             [
-                [item.id for item in loaded],
-                [item.accepted_windows for item in loaded],
-                [item.accepted_events for item in loaded],
-                [item.rejected for item in loaded],
+                _json(
+                    {
+                        "id": i.id,
+                        "aw": i.accepted_windows,
+                        "ae": i.accepted_events,
+                        "rc": i.rejected,
+                    }
+                    for i in loaded
+                )
             ],
         )
     result.processed += len(loaded)
@@ -273,69 +311,102 @@ def _retention_floor(now: dt.datetime) -> dt.datetime:
     return today - dt.timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)
 
 
-# node id (text) → NVML UUID → [(valid_from, valid_to, gpu id)]; text keys hash much faster
-# than UUID objects, and this is looked up once per window.
-Placements = dict[str, dict[str, list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]]]
+# Placements of one node: NVML UUID → gpu id, for GPUs placed there over the chunk's whole
+# span (nearly all, nearly always: one dict lookup per window), and NVML UUID → dated
+# placements for the rest (moved mid-chunk, placed or removed inside it).
+Intervals = list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]
 
 
-def _placements(cursor: Any, loaded: list[_Loaded]) -> Placements:
+@dataclass
+class _NodePlacements:
+    whole: dict[str, uuid.UUID] = field(default_factory=dict)
+    dated: dict[str, Intervals] = field(default_factory=dict)
+
+    def ids(self) -> Iterator[tuple[str, uuid.UUID]]:
+        yield from self.whole.items()
+        for nvml, intervals in self.dated.items():
+            for _, _, gpu_id in intervals:
+                yield nvml, gpu_id
+
+    def gpu_at(self, gpu_uuid: str, at: dt.datetime) -> uuid.UUID | None:
+        gpu_id = self.whole.get(gpu_uuid)
+        if gpu_id is not None:
+            return gpu_id
+        for valid_from, valid_to, placed_id in self.dated.get(gpu_uuid, ()):
+            if valid_from <= at and (valid_to is None or at < valid_to):
+                return placed_id
+        return None
+
+
+_NOWHERE = _NodePlacements()
+
+
+def _placements(
+    cursor: Any, loaded: list[_Loaded], starts: list[dt.datetime]
+) -> dict[str, _NodePlacements]:
     """Where each GPU (by NVML UUID) sat on the batches' nodes over the batches' time span."""
-    instants = [w.window_start for item in loaded for w in item.batch.windows] + [
-        e.occurred_at for item in loaded for e in item.batch.events
-    ]
+    instants = starts + [e.occurred_at for item in loaded for e in item.batch.events]
     if not instants:
         return {}
+    lo, hi = min(instants), max(instants)
+    # ``whole``: the GPU's only placement on the node in the span, and it covers all of it.
     cursor.execute(
         """
-        SELECT p.node_id, g.nvml_uuid, p.valid_from, p.valid_to, p.gpu_id
+        SELECT p.node_id::text, g.nvml_uuid, p.gpu_id, p.valid_from, p.valid_to,
+               p.valid_from <= %(lo)s AND (p.valid_to IS NULL OR p.valid_to > %(hi)s)
+               AND count(*) OVER (PARTITION BY p.node_id, g.nvml_uuid) = 1 AS whole
           FROM fleet_placement p JOIN fleet_gpu g ON g.id = p.gpu_id
-         WHERE p.node_id = ANY(%s) AND p.valid_from <= %s
-           AND (p.valid_to IS NULL OR p.valid_to > %s)
+         WHERE p.node_id = ANY(%(nodes)s) AND p.valid_from <= %(hi)s
+           AND (p.valid_to IS NULL OR p.valid_to > %(lo)s)
         """,
-        [list({item.node_id for item in loaded}), max(instants), min(instants)],
+        {"nodes": list({item.node_id for item in loaded}), "lo": lo, "hi": hi},
+        binary=True,
     )
-    placed: Placements = defaultdict(lambda: defaultdict(list))
-    for node_id, nvml_uuid, valid_from, valid_to, gpu_id in cursor.fetchall():
-        placed[str(node_id)][nvml_uuid].append((valid_from, valid_to, gpu_id))
+    placed: dict[str, _NodePlacements] = {}
+    for node_id, nvml_uuid, gpu_id, valid_from, valid_to, whole in cursor.fetchall():
+        node = placed.get(node_id)
+        if node is None:
+            node = placed[node_id] = _NodePlacements()
+        if whole:
+            node.whole[nvml_uuid] = gpu_id
+        else:
+            node.dated.setdefault(nvml_uuid, []).append((valid_from, valid_to, gpu_id))
     return placed
 
 
-def _placed_gpu(
-    placed: dict[str, list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]],
-    gpu_uuid: str,
-    at: dt.datetime,
-) -> uuid.UUID | None:
-    for valid_from, valid_to, gpu_id in placed.get(gpu_uuid, ()):
-        if valid_from <= at and (valid_to is None or at < valid_to):
-            return gpu_id
-    return None
-
-
-_ORDERED_STATS = ("util_gpu", "util_mem", "mem_used_bytes", "temp_c", "clock_sm_mhz")
+_EPS = 1e-6
 
 
 def _impossible(w: Window) -> str | None:
-    """A cross-field contradiction, or None. Single-field bounds were checked on receipt."""
+    """A cross-field contradiction, or None. Single-field bounds were checked on receipt.
+
+    Written out field by field: it runs for every window, and a loop over getattr costs
+    several times as much."""
     if w.samples_ok > w.samples_expected:
         return f"samples_ok {w.samples_ok} > samples_expected {w.samples_expected}"
-    for name in _ORDERED_STATS:
-        stats = getattr(w, name)
-        if stats is not None and (stats.min > stats.avg + 1e-6 or stats.avg > stats.max + 1e-6):
-            return f"{name}: min {stats.min}, avg {stats.avg}, max {stats.max} are out of order"
-    if w.power_w is not None and w.power_w.avg > w.power_w.max + 1e-6:
-        return f"power_w: avg {w.power_w.avg} > max {w.power_w.max}"
-    if (
-        w.mem_used_bytes is not None
-        and w.mem_total_bytes is not None
-        and w.mem_used_bytes.max > w.mem_total_bytes
+    s: Any
+    for name, s in (
+        ("util_gpu", w.util_gpu),
+        ("util_mem", w.util_mem),
+        ("mem_used_bytes", w.mem_used_bytes),
+        ("temp_c", w.temp_c),
+        ("clock_sm_mhz", w.clock_sm_mhz),
     ):
-        return f"mem_used_bytes.max {w.mem_used_bytes.max} > mem_total_bytes {w.mem_total_bytes}"
+        if s is not None and (s.min > s.avg + _EPS or s.avg > s.max + _EPS):
+            return f"{name}: min {s.min}, avg {s.avg}, max {s.max} are out of order"
+    p = w.power_w
+    if p is not None and p.avg > p.max + _EPS:
+        return f"power_w: avg {p.avg} > max {p.max}"
+    mem, total = w.mem_used_bytes, w.mem_total_bytes
+    if mem is not None and total is not None and mem.max > total:
+        return f"mem_used_bytes.max {mem.max} > mem_total_bytes {total}"
     return None
 
 
 def _window_row(w: Window, gpu_id: uuid.UUID, node_id: uuid.UUID, batch_pk: int) -> tuple[Any, ...]:
+    """The COPY row of a window (``WINDOW_COLUMNS`` order), built without checking it."""
     u, m, mem, p, t = w.util_gpu, w.util_mem, w.mem_used_bytes, w.power_w, w.temp_c
-    pending = w.remapped_rows_pending
+    sm, cm, pending = w.clock_sm_mhz, w.clock_mem_mhz, w.remapped_rows_pending
     return (
         gpu_id, w.window_start, node_id, batch_pk, w.samples_ok, w.samples_expected, w.state,
         w.state_reason,
@@ -345,8 +416,7 @@ def _window_row(w: Window, gpu_id: uuid.UUID, node_id: uuid.UUID, batch_pk: int)
         p.avg if p else None, p.max if p else None,
         w.energy_mj,
         t.avg if t else None, t.max if t else None,
-        w.clock_sm_mhz.avg if w.clock_sm_mhz else None,
-        w.clock_mem_mhz.avg if w.clock_mem_mhz else None,
+        sm.avg if sm else None, cm.avg if cm else None,
         w.throttle_reasons, w.ecc_corrected, w.ecc_uncorrected,
         w.remapped_rows_correctable, w.remapped_rows_uncorrectable,
         None if pending is None else bool(pending),
@@ -354,17 +424,46 @@ def _window_row(w: Window, gpu_id: uuid.UUID, node_id: uuid.UUID, batch_pk: int)
     )  # fmt: skip
 
 
-def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt.datetime) -> _Work:
-    placed = _placements(cursor, loaded)
-    work = _Work()
-    seen: set[tuple[str, dt.datetime]] = set()
-    span: dict[str, tuple[dt.datetime, dt.datetime]] = {}
-    gpu_ids: dict[str, uuid.UUID] = {}
+def _fine(w: Window) -> bool:
+    """True when no cross-field check can fail: the common case, in a few comparisons."""
+    u, m, mem, t, sm, p = w.util_gpu, w.util_mem, w.mem_used_bytes, w.temp_c, w.clock_sm_mhz, w.power_w  # fmt: skip  # noqa: E501
+    return (
+        w.samples_ok <= w.samples_expected
+        and (u is None or u.min <= u.avg <= u.max)
+        and (m is None or m.min <= m.avg <= m.max)
+        and (mem is None or (mem.min <= mem.avg <= mem.max
+                             and (w.mem_total_bytes is None or mem.max <= w.mem_total_bytes)))
+        and (t is None or t.min <= t.avg <= t.max)
+        and (sm is None or sm.min <= sm.avg <= sm.max)
+        and (p is None or p.avg <= p.max)
+    )  # fmt: skip
+
+
+def _validate(
+    cursor: Any,
+    loaded: list[_Loaded],
+    *,
+    now: dt.datetime,
+    floor: dt.datetime,
+    starts: list[dt.datetime],
+) -> _Work:
+    """Checks every window and event, collects COPY rows, rejections and (GPU, hour) marks.
+
+    Duplicates inside the chunk are not looked for: a repeated (GPU, minute) makes the
+    optimistic COPY fail and the chunk goes through the ON CONFLICT stage instead."""
+    placed = _placements(cursor, loaded, starts)
+    work = _Work(gpu_ids={nvml: gpu_id for node in placed.values() for nvml, gpu_id in node.ids()})
+    rows = work.window_rows
+    marks = work.marks
+    hour_of: dict[dt.datetime, dt.datetime] = {}
     future_limit = _future_limit()
     for item in loaded:
         future = item.received_at + future_limit
-        node_placed = placed.get(str(item.node_id), {})
+        node = placed.get(str(item.node_id), _NOWHERE)
+        whole = node.whole
+        node_id, batch_pk = item.node_id, item.id
         last_start: dt.datetime | None = None
+        accepted = 0
 
         def reject(kind: str, index: int, gpu_uuid: str, at: dt.datetime, reason: str,
                    detail: str, payload: Any, item: _Loaded = item) -> None:  # fmt: skip
@@ -375,48 +474,28 @@ def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt
 
         for index, w in enumerate(item.batch.windows):
             start = w.window_start
-            gpu_id = _placed_gpu(node_placed, w.gpu_uuid, start)
-            problem: tuple[str, str] | None = None
+            gpu_id = whole.get(w.gpu_uuid)
             if gpu_id is None:
-                problem = (
-                    "not_placed",
-                    f"GPU {w.gpu_uuid} is not placed on this node at {start:%Y-%m-%dT%H:%M:%SZ}",
-                )
-            elif start > future:
-                problem = (
-                    "future",
-                    f"window_start is {(start - item.received_at).total_seconds():.0f} s after receipt (limit {settings.TELEMETRY_MAX_FUTURE_S} s)",  # noqa: E501
-                )
-            elif start < floor:
-                problem = (
-                    "beyond_retention",
-                    f"window_start is older than the {settings.TELEMETRY_RAW_RETENTION_DAYS}-day raw retention",  # noqa: E501
-                )
-            else:
-                impossible = _impossible(w)
-                if impossible:
-                    problem = ("impossible_value", impossible)
-            if problem is not None:
-                reject("window", index, w.gpu_uuid, start, *problem, _to_builtins(w))
-                continue
-            assert gpu_id is not None
-            gpu_uuid = w.gpu_uuid
-            key = (gpu_uuid, start)
-            item.accepted_windows += 1
+                gpu_id = node.gpu_at(w.gpu_uuid, start)
+            if gpu_id is None or start > future or start < floor or not _fine(w):
+                problem = _window_problem(w, gpu_id, item, future, floor)
+                if problem is not None:
+                    reject("window", index, w.gpu_uuid, start, *problem, _to_builtins(w))
+                    continue
+                assert gpu_id is not None  # _window_problem said it is placed
+            accepted += 1
             if last_start is None or start > last_start:
                 last_start = start
-            if key in seen:
-                continue  # the same window twice in this chunk: stored once, idempotently
-            seen.add(key)
-            work.window_rows.append(_window_row(w, gpu_id, item.node_id, item.id))
-            lo_hi = span.get(gpu_uuid)
-            if lo_hi is None:
-                span[gpu_uuid] = (start, start)
-                gpu_ids[gpu_uuid] = gpu_id
-            elif start < lo_hi[0]:
-                span[gpu_uuid] = (start, lo_hi[1])
-            elif start > lo_hi[1]:
-                span[gpu_uuid] = (lo_hi[0], start)
+            rows.append(_window_row(w, gpu_id, node_id, batch_pk))
+            hour = hour_of.get(start)
+            if hour is None:
+                hour = hour_of[start] = start.astimezone(dt.UTC).replace(
+                    minute=0, second=0, microsecond=0
+                )
+            earliest = marks.get((w.gpu_uuid, hour))
+            if earliest is None or start < earliest:
+                marks[(w.gpu_uuid, hour)] = start
+        item.accepted_windows = accepted
         item.last_window_start = last_start
         for index, e in enumerate(item.batch.events):
             if e.kind not in EVENT_KINDS:
@@ -431,19 +510,48 @@ def _validate(cursor: Any, loaded: list[_Loaded], *, now: dt.datetime, floor: dt
                 continue
             # An event may name a GPU that is not (or no longer) placed here — gpu_appeared,
             # gpu_missing — so it is kept, with the GPU resolved only when it is placed.
-            gpu_id = _placed_gpu(node_placed, e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
+            gpu_id = node.gpu_at(e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
             item.accepted_events += 1
             work.event_rows.append(
                 (item.node_id, e.event_id, gpu_id, e.gpu_uuid or "", e.kind, e.occurred_at, e.xid,
                  json.dumps(e.detail, allow_nan=False, default=str), item.id)
             )  # fmt: skip
-    work.windows_by_gpu = {gpu_ids[u]: lo_hi for u, lo_hi in span.items()}
     return work
 
 
-def _to_builtins(value: Any) -> Any:
-    import msgspec
+def _window_problem(
+    w: Window, gpu_id: uuid.UUID | None, item: _Loaded, future: dt.datetime, floor: dt.datetime
+) -> tuple[str, str] | None:
+    """Why a window is refused (reason, detail), in the documented order; None if it is not."""
+    start = w.window_start
+    if gpu_id is None:
+        return (
+            "not_placed",
+            f"GPU {w.gpu_uuid} is not placed on this node at {start:%Y-%m-%dT%H:%M:%SZ}",
+        )
+    if start > future:
+        return (
+            "future",
+            f"window_start is {(start - item.received_at).total_seconds():.0f} s after receipt (limit {settings.TELEMETRY_MAX_FUTURE_S} s)",  # noqa: E501
+        )
+    if start < floor:
+        return (
+            "beyond_retention",
+            f"window_start is older than the {settings.TELEMETRY_RAW_RETENTION_DAYS}-day raw retention",  # noqa: E501
+        )
+    impossible = _impossible(w)
+    if impossible:
+        return ("impossible_value", impossible)
+    return None
 
+
+def _json(rows: Iterable[dict[str, Any]]) -> str:
+    """Many rows as one JSON parameter (``json_to_recordset``): encoded by msgspec in C,
+    where array parameters would be dumped element by element in Python."""
+    return msgspec.json.encode(list(rows)).decode()
+
+
+def _to_builtins(value: Any) -> Any:
     return json.loads(msgspec.json.encode(value), parse_constant=lambda c: None)
 
 
@@ -521,15 +629,15 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
             end = item.last_window_start + dt.timedelta(seconds=60)
             if item.node_id not in window_end or end > window_end[item.node_id]:
                 window_end[item.node_id] = end
-    nodes = sorted(latest)
     cursor.execute(
         """
         INSERT INTO telemetry_nodestatus AS ns
             (node_id, last_seen_at, last_window_end, clock_skew_s, agent_version,
              driver_version, stale, stale_since, reported_gpus)
         SELECT n, seen, wend, skew, av, dv, false, NULL, '[]'::jsonb
-          FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[], %s::float8[],
-                      %s::text[], %s::text[]) AS v(n, seen, wend, skew, av, dv)
+          FROM json_to_recordset(%s::json)
+            AS v(n uuid, seen timestamptz, wend timestamptz, skew float8, av text, dv text)
+         ORDER BY n
         ON CONFLICT (node_id) DO UPDATE SET
             last_seen_at = greatest(ns.last_seen_at, EXCLUDED.last_seen_at),
             last_window_end = greatest(ns.last_window_end, EXCLUDED.last_window_end),
@@ -547,11 +655,16 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
                                THEN NULL ELSE ns.stale_since END
         """,
         [
-            nodes,
-            [latest[n].received_at for n in nodes],
-            [window_end.get(n) for n in nodes],
-            [(latest[n].signed_at - latest[n].received_at).total_seconds() for n in nodes],
-            [latest[n].batch.agent.version or "" for n in nodes],
-            [latest[n].batch.agent.driver_version or "" for n in nodes],
+            _json(
+                {
+                    "n": n,
+                    "seen": latest[n].received_at,
+                    "wend": window_end.get(n),
+                    "skew": (latest[n].signed_at - latest[n].received_at).total_seconds(),
+                    "av": latest[n].batch.agent.version or "",
+                    "dv": latest[n].batch.agent.driver_version or "",
+                }
+                for n in latest
+            )
         ],
     )

@@ -30,6 +30,19 @@ def batches_needing_work(*, now: dt.datetime, older_than: dt.timedelta) -> int:
     return int(count)
 
 
+def derived_needing_work(*, now: dt.datetime, older_than: dt.timedelta) -> int:
+    """How many (GPU, hour) marks have waited longer than ``older_than`` for a derived pass
+    (its task was lost). Reads the oldest marks only, through their index."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM telemetry_derivedwork WHERE marked_at < %s "
+            "LIMIT 10000) old",
+            [now - older_than],
+        )
+        (count,) = cursor.fetchone() or (0,)
+    return int(count)
+
+
 @dataclass(frozen=True)
 class StaleNode:
     node_id: str

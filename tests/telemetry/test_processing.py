@@ -17,7 +17,7 @@ from telemetry.models import (
     TelemetryEvent,
     TelemetryWindow,
 )
-from telemetry.services.derived import rollups_rebuild
+from telemetry.services.derived import derived_drain, rollups_rebuild
 from telemetry.services.processing import batches_claim, batches_process
 from telemetry.testing import batch_document, event, window
 from tests.telemetry.conftest import NOW
@@ -38,7 +38,10 @@ def send(post, node, windows, events=None):
 
 
 def process():
-    return batches_process(worker="test-worker")
+    """The worker's window path, then the derived pass it queues."""
+    result = batches_process(worker="test-worker")
+    derived_drain(limit=1000)
+    return result
 
 
 def transitions(gpu):

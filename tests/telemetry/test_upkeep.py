@@ -8,6 +8,7 @@ import pytest
 
 from telemetry.models import GpuStateTransition, IngestBatch, NodeStatus
 from telemetry.services import upkeep
+from telemetry.services.derived import derived_drain
 from telemetry.services.partitions import window_partitions
 from telemetry.services.processing import batches_process
 from telemetry.testing import batch_document, window
@@ -34,6 +35,7 @@ def test_a_silent_node_turns_stale_from_when_its_data_stopped(node, post, now):
         ),
     )
     batches_process(worker="w")
+    derived_drain(limit=1000)
     assert upkeep.nodes_mark_stale(now=NOW + dt.timedelta(minutes=2)) == []
     stale = upkeep.nodes_mark_stale(now=NOW + dt.timedelta(minutes=3, seconds=1))
     assert [s.node_id for s in stale] == [str(node.id)]
@@ -50,6 +52,7 @@ def test_a_silent_node_turns_stale_from_when_its_data_stopped(node, post, now):
         batch_document(node=node, windows=[window(g0.nvml_uuid, T0 + dt.timedelta(minutes=25))]),
     )
     batches_process(worker="w")
+    derived_drain(limit=1000)
     assert NodeStatus.objects.get(node=node.node).stale is False
     assert [(t.state, t.at) for t in GpuStateTransition.objects.filter(gpu=g0).order_by("at")] == [
         ("up", T0),

@@ -6,10 +6,12 @@ import datetime as dt
 import time
 
 import pytest
+from django.db.models import Sum
 from django.test import Client
 from django.utils import timezone
 
-from telemetry.models import IngestBatch, TelemetryWindow
+from telemetry.models import HourlyRollup, IngestBatch, TelemetryWindow
+from telemetry.selectors import derived_pending
 from telemetry.tasks import batches_sweep
 from telemetry.testing import BATCHES_PATH, batch_document, fleet_node, minute, signed_batch, window
 
@@ -41,6 +43,9 @@ def test_a_committed_batch_is_processed_by_a_real_worker(celery_worker):
         assert response.status_code == 202
     assert wait_for(lambda: not IngestBatch.objects.exclude(status="processed").exists())
     assert TelemetryWindow.objects.count() == 6
+    # The worker queued the derived pass, which left every GPU-hour computed and unmarked.
+    assert wait_for(lambda: HourlyRollup.objects.aggregate(n=Sum("windows"))["n"] == 6)
+    assert wait_for(lambda: derived_pending(start=start, end=start + dt.timedelta(hours=2)) == 0)
 
 
 def test_the_sweep_requeues_batches_whose_task_redis_lost(celery_worker, settings):
