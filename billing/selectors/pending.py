@@ -10,6 +10,7 @@ from django.db.models import Count
 
 from telemetry.models import IngestBatch
 from telemetry.models.ingest import BatchStatus
+from telemetry.selectors import derived_pending
 
 
 @dataclass(frozen=True)
@@ -17,10 +18,11 @@ class PendingTelemetry:
     pending: int
     claimed: int
     failed: int
+    derived: int = 0  # (GPU, hour) marks whose transitions and rollups are not recomputed yet
 
     @property
     def any(self) -> bool:
-        return bool(self.pending or self.claimed or self.failed)
+        return bool(self.pending or self.claimed or self.failed or self.derived)
 
     def describe(self) -> str:
         parts = [
@@ -29,6 +31,7 @@ class PendingTelemetry:
                 ("pending", self.pending),
                 ("claimed", self.claimed),
                 ("failed", self.failed),
+                ("GPU-hours awaiting their rollups", self.derived),
             )
             if n
         ]
@@ -40,12 +43,11 @@ def telemetry_pending(*, start: datetime, end: datetime) -> PendingTelemetry:
 
     A batch's windows start at most ``TELEMETRY_MAX_FUTURE_S`` after it was received, so a
     batch received earlier than that before ``start`` cannot reach into the range; one
-    received after ``end`` can (late delivery from an agent's spool). Processing a batch
-    writes its windows, transitions and rollups in one transaction, so a batch that is no
-    longer pending, claimed or failed has left no derived work behind. ``end`` is accepted
-    for a narrower check once batches record the range of their windows.
+    received after ``end`` can (late delivery from an agent's spool). A processed batch
+    leaves marks for its GPU-hours until the derived pass has recomputed their transitions
+    and rollups; those count too (``telemetry.selectors.derived_pending``), as a statement
+    computed from stale rollups would be wrong.
     """
-    del end
     since = start - timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
     counts = dict(
         IngestBatch.objects.filter(
@@ -60,4 +62,5 @@ def telemetry_pending(*, start: datetime, end: datetime) -> PendingTelemetry:
         pending=counts.get(BatchStatus.PENDING, 0),
         claimed=counts.get(BatchStatus.CLAIMED, 0),
         failed=counts.get(BatchStatus.FAILED, 0),
+        derived=derived_pending(start=start, end=end),
     )

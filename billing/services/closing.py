@@ -38,8 +38,8 @@ def refuse_pending_telemetry(period: Period, doing: str) -> None:
     if pending.any:
         raise ValidationError(
             {
-                "period": f"Cannot {doing} {period}: telemetry batches that may hold data for "
-                f"it are not processed yet ({pending.describe()}). Wait for the workers, or "
+                "period": f"Cannot {doing} {period}: telemetry that may hold data for it is "
+                f"not processed yet ({pending.describe()}). Wait for the workers, or "
                 "re-queue failed batches in the telemetry console, then try again."
             }
         )

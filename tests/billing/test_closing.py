@@ -12,6 +12,7 @@ from billing.models import Period, Statement, StatementLine
 from billing.services.closing import period_close, period_close_run, period_close_start
 from billing.services.periods import period_for_month
 from billing.services.revenue import rental_create
+from fleet.models import Gpu
 from telemetry.models import IngestBatch
 from tests.billing import scenario as s
 
@@ -151,6 +152,22 @@ def test_closing_with_unprocessed_telemetry_is_refused_and_changes_nothing(trans
     assert Period.objects.get(pk=w["period"].pk).status == Period.Status.OPEN
     assert not Statement.objects.exists()
     assert not StatementLine.objects.exists()
+
+
+def test_closing_while_rollups_await_their_derived_pass_is_refused(transfer_world, oscar):
+    # A processed batch leaves a mark until the derived pass recomputes its GPU-hour: the
+    # rollups are stale until then, and a statement must not be computed from them.
+    w = transfer_world
+    gpu = Gpu.objects.get(serial="SN-1")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO telemetry_derivedwork (gpu_id, hour, lo) VALUES (%s, %s, %s)",
+            [gpu.pk, MARCH[0] + dt.timedelta(days=3), MARCH[0] + dt.timedelta(days=3)],
+        )
+    with pytest.raises(ValidationError, match=r"\(1 GPU-hours awaiting their rollups\)"):
+        period_close(period=w["period"], by=oscar)
+    assert Period.objects.get(pk=w["period"].pk).status == Period.Status.OPEN
+    assert not Statement.objects.exists()
 
 
 def test_maintenance_overlapping_an_operator_incident_at_the_data_level(oscar, disclosure):

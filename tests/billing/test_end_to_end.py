@@ -12,6 +12,7 @@ from billing.services.closing import period_close
 from billing.services.periods import period_for_month
 from fleet.models import LifecycleState, LifecycleTransition
 from telemetry.models import HourlyRollup
+from telemetry.services.derived import derived_process
 from telemetry.services.processing import batches_process
 from telemetry.testing import BATCHES_PATH, batch_document, fleet_node, signed_batch, window
 from tests.billing import scenario as s
@@ -48,6 +49,9 @@ def test_signed_batches_processed_by_the_worker_end_up_on_the_statement(oscar, d
             )
             assert response.status_code == 202, response.content
         batches_process(worker="test-worker")
+        # The worker's second step: transitions and rollups for the GPU-hours it touched.
+        derived = derived_process(limit=1000)
+    assert (derived.busy, derived.claimed) == (False, 2)
     assert HourlyRollup.objects.filter(gpu=gpu).count() == 2
     period_close(period=period_for_month(year=2026, month=10), by=oscar)
     (line,) = Statement.objects.get(owner=alice).lines.all()
