@@ -47,6 +47,7 @@ from api.serializers import (
     SeriesSerializer,
     StatementDetailSerializer,
     StatementFilterSerializer,
+    StatementLineSerializer,
     StatementSerializer,
     statement_basis,
 )
@@ -354,29 +355,8 @@ class CsvRenderer(BaseRenderer):
         return json.dumps(data).encode()
 
 
-_CSV_LINE_FIELDS = (
-    "position",
-    "kind",
-    "gpu_id",
-    "description",
-    "starts_at",
-    "ends_at",
-    "share_bps",
-    "in_service_s",
-    "up_s",
-    "down_s",
-    "maintenance_s",
-    "no_data_s",
-    "availability",
-    "utilization",
-    "busy_gpu_hours",
-    "energy_kwh",
-    "gross",
-    "hosting_fee",
-    "power_cost",
-    "management_fee",
-    "net",
-)
+# The CSV carries the same columns as the JSON lines (one list, in the serializer).
+_CSV_LINE_FIELDS = StatementLineSerializer.Meta.fields
 
 
 def _cell(value: Any) -> str:

@@ -14,6 +14,7 @@ from django.test import override_settings
 
 from accounts import services as accounts
 from accounts.models import ApiKey, ApiScope, Membership, PartnerGrant
+from api.serializers import StatementLineSerializer
 from tests.api.conftest import ALL_SCOPES, NOW, client_for, key_for
 from tests.billing import scenario as s
 
@@ -192,6 +193,9 @@ def test_statement_csv_states_its_basis_and_neutralises_formulas(world):
     assert head["disclosure_version"] == "2026-01"
     assert "not guaranteed" in head["not_guaranteed"]
     header = rows[14]
+    # The same columns, in the same order, as a line in the JSON document.
+    assert header == list(StatementLineSerializer.Meta.fields)
+    assert header[-1] == "corrects_line_id"
     line = dict(zip(header, rows[15], strict=True))
     assert line["description"] == "'=SUM(A1)"
     assert line["net"] == "338.73"
