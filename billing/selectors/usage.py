@@ -109,22 +109,32 @@ def cells_load(
 ) -> dict[uuid.UUID, CellUsage]:
     """A ``CellUsage`` per GPU. ``use_rollups=False`` reads whole hours from the windows
     too (the two must agree; the rollups are much cheaper)."""
-    extra_cuts = extra_cuts or {}
-    shapes: list[tuple[uuid.UUID, Interval, tuple[bool, bool, bool, bool]]] = []
-    for fact in facts:
-        for bounds in cell_bounds(fact, extra_cuts.get(fact.gpu_id, ())):
-            at = bounds.start
-            flags = (
-                _covers(fact.in_service, at),
-                _covers(fact.maintenance, at),
-                _covers(fact.incidents, at),
-                _covers(fact.operator_incidents, at),
-            )
-            shapes.append((fact.gpu_id, bounds, flags))
+    return cells_load_many(groups=[(facts, extra_cuts or {})], use_rollups=use_rollups)[0]
+
+
+def cells_load_many(
+    *,
+    groups: Sequence[tuple[Sequence[GpuFacts], dict[uuid.UUID, set[datetime]]]],
+    use_rollups: bool = True,
+) -> list[dict[uuid.UUID, CellUsage]]:
+    """``cells_load`` for several groups of facts (one per cluster: a GPU that moved has
+    facts in each) in the same two queries, so the rollups are scanned once for all."""
+    shapes: list[tuple[int, uuid.UUID, Interval, tuple[bool, bool, bool, bool]]] = []
+    for group, (facts, extra_cuts) in enumerate(groups):
+        for fact in facts:
+            for bounds in cell_bounds(fact, extra_cuts.get(fact.gpu_id, ())):
+                at = bounds.start
+                flags = (
+                    _covers(fact.in_service, at),
+                    _covers(fact.maintenance, at),
+                    _covers(fact.incidents, at),
+                    _covers(fact.operator_incidents, at),
+                )
+                shapes.append((group, fact.gpu_id, bounds, flags))
 
     cell_rows: list[tuple[Any, ...]] = []
     range_rows: list[tuple[Any, ...]] = []
-    for idx, (gpu_id, bounds, (in_service, *_)) in enumerate(shapes):
+    for idx, (_, gpu_id, bounds, (in_service, *_)) in enumerate(shapes):
         if not in_service:
             continue
         h0, h1 = _ceil_hour(bounds.start), hour_of(bounds.end)
@@ -162,8 +172,9 @@ def cells_load(
             for idx, hour, up, down, busy, energy in cursor.fetchall():
                 pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
 
-    cells: dict[uuid.UUID, list[Cell]] = defaultdict(list)
-    for idx, (gpu_id, bounds, (in_service, maintenance, incident, operator)) in enumerate(shapes):
+    cells: list[dict[uuid.UUID, list[Cell]]] = [defaultdict(list) for _ in groups]
+    for idx, (group, gpu_id, bounds, flags) in enumerate(shapes):
+        in_service, maintenance, incident, operator = flags
         up, down, busy_whole, energy_whole = whole.get(idx, (0, 0, Decimal(0), Decimal(0)))
         partial: list[PartialHour] = []
         for hour, piece_up, piece_down, busy, energy_mj_s in sorted(pieces.get(idx, [])):
@@ -176,7 +187,7 @@ def cells_load(
                 )
             else:
                 partial.append(PartialHour(hour, busy, energy_mj_s))
-        cells[gpu_id].append(
+        cells[group][gpu_id].append(
             Cell(
                 interval=bounds,
                 in_service=in_service,
@@ -190,7 +201,10 @@ def cells_load(
                 partial=tuple(partial),
             )
         )
-    return {fact.gpu_id: CellUsage(cells[fact.gpu_id]) for fact in facts}
+    return [
+        {fact.gpu_id: CellUsage(cells[group][fact.gpu_id]) for fact in facts}
+        for group, (facts, _) in enumerate(groups)
+    ]
 
 
 _MINUTES = f"""
