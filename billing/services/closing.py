@@ -9,6 +9,7 @@ finishes the job with exactly the result of a clean run.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -115,7 +116,7 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
                 .filter(period=period, owner_id__in=[k[0] for k in keys[i : i + WRITE_CHUNK]])
                 .order_by("pk")
             }
-            created: list[Statement] = []
+            created: list[tuple[Any, ...]] = []
             rewritten: list[Statement] = []
             lines: list[tuple[Any, ...]] = []
             now = timezone.now()
@@ -129,25 +130,20 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
                     continue
                 values = _values(drafts[key], now)
                 if statement is None:
-                    statement = Statement(
-                        owner_id=drafts[key].owner_id,
-                        period=period,
-                        currency=drafts[key].currency,
-                        **values,
-                    )
-                    created.append(statement)
+                    statement_id = uuid.uuid4()
+                    created.append(_statement_row(statement_id, period, drafts[key], values))
                 else:
+                    statement_id = statement.pk
                     for name, value in values.items():
                         setattr(statement, name, value)
                     rewritten.append(statement)
-                lines += _line_rows(statement.pk, drafts[key])
+                lines += _line_rows(statement_id, drafts[key])
                 written += 1
             if rewritten:
                 StatementLine.objects.filter(statement__in=rewritten).delete()
                 Statement.objects.bulk_update(rewritten, fields=list(_values_fields()))
-            if created:
-                Statement.objects.bulk_create(created)
-            _copy_lines(lines)
+            _copy(Statement._meta.db_table, _STATEMENT_COLUMNS, created)
+            _copy(StatementLine._meta.db_table, _LINE_COLUMNS, lines)
     removed = 0
     with transaction.atomic():
         stale = (
@@ -198,6 +194,33 @@ def _values(draft: Draft, now: datetime) -> dict[str, Any]:
         "requested_by": None,
         "requested_at": None,
     }
+
+
+_STATEMENT_COLUMNS = (
+    "id",
+    "owner_id",
+    "period_id",
+    "currency",
+    *(f"{name}_id" if name == "requested_by" else name for name in _values_fields()),
+)
+
+
+def _statement_row(
+    statement_id: uuid.UUID, period: Period, draft: Draft, values: dict[str, Any]
+) -> tuple[Any, ...]:
+    """A new statement as a row of ``_STATEMENT_COLUMNS`` (frozen inputs as JSON text)."""
+    values = {
+        **values,
+        "status": str(values["status"]),
+        "frozen_inputs": json.dumps(values["frozen_inputs"]),
+    }
+    return (
+        statement_id,
+        draft.owner_id,
+        period.pk,
+        draft.currency,
+        *(values[name] for name in _values_fields()),
+    )
 
 
 _LINE_COLUMNS = (
@@ -290,16 +313,15 @@ def _line_rows(statement_id: uuid.UUID, draft: Draft) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _copy_lines(rows: list[tuple[Any, ...]]) -> None:
-    """One COPY for a chunk's lines: no per-row statement or parameter binding."""
+def _copy(table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    """One COPY for a chunk's rows: no per-row statement, no parameter binding. Errors come
+    out as Django's ``DatabaseError`` family, as they would from ``execute``."""
     if not rows:
         return
-    table = StatementLine._meta.db_table
     with (
+        connection.wrap_database_errors,
         connection.cursor() as cursor,
-        cursor.cursor.copy(  # type: ignore[attr-defined]
-            f"COPY {table} ({', '.join(_LINE_COLUMNS)}) FROM STDIN"
-        ) as copy,
+        cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
     ):
         for row in rows:
             copy.write_row(row)
