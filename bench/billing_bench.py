@@ -22,7 +22,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
-RUNS = 3
+RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+# BENCH_PROFILE=path: write a cProfile of the last close there (pstats format).
+PROFILE = os.environ.get("BENCH_PROFILE", "")
 START = datetime(2026, 3, 1, tzinfo=UTC)
 END = datetime(2026, 4, 1, tzinfo=UTC)
 
@@ -173,10 +175,19 @@ def _close(by: Any) -> tuple[float, int, int]:
         cursor.execute("TRUNCATE billing_statementline, billing_statement CASCADE")
         cursor.execute("UPDATE billing_period SET status = 'open', closing_started_at = NULL")
     period = Period.objects.get()
+    profiler = None
+    if PROFILE:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     t = time.perf_counter()
     period = period_close_start(period=period, by=by)
     period_close_run(period=period)
     elapsed = time.perf_counter() - t
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(PROFILE)
     return elapsed, Statement.objects.count(), StatementLine.objects.count()
 
 

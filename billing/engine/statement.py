@@ -9,6 +9,7 @@ all money is Decimal inside ``money_context()``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -239,13 +240,19 @@ def _gpu_lines(
     rental_cents = round_cents(_decimal(_rental_exact(gpu, period)))
     gpu_total = pool_cents + rental_cents
     basis_total = _basis(whole, pool_basis)
+    pool_exact = Fraction(pool_cents)
+    revenues: dict[Interval, Fraction] = {}  # the same windows are asked for repeatedly
 
     def exact_revenue(window: Interval) -> Fraction:
+        known = revenues.get(window)
+        if known is not None:
+            return known
         pool_part = Fraction(0)
         if basis_total:
             measure = gpu.timeline.measure(window)
-            pool_part = Fraction(pool_cents) * _basis(measure, pool_basis) / basis_total
-        return pool_part + _rental_exact(gpu, window)
+            pool_part = pool_exact * _basis(measure, pool_basis) / basis_total
+        revenues[window] = revenue = pool_part + _rental_exact(gpu, window)
+        return revenue
 
     # Rule 5: split the GPU's revenue over (owner runs…, operator) by the exact revenue
     # each would get; largest remainder keeps the parts equal to the whole to the cent.
@@ -283,19 +290,15 @@ def _line(
     revenue_total = Fraction(0)
     for piece, terms in _pieces(run.interval, rates):
         measure = gpu.timeline.measure(piece)
+        hosting_fee, pue, price_per_kwh, fee_pct = _exact_terms(terms)
         charged_s = measure.in_service_s
         if terms.waive_hosting_in_operator_incidents:
             charged_s -= measure.operator_incident_s
         # Rule 6: hosting pro-rated by owned in-service seconds × share over the period.
-        hosting += Fraction(terms.hosting_fee_per_gpu_month) * charged_s * share / period_s
-        power += (
-            Fraction(measure.energy_kwh)
-            * Fraction(terms.pue)
-            * Fraction(terms.price_per_kwh)
-            * share
-        )
+        hosting += hosting_fee * charged_s * share / period_s
+        power += Fraction(measure.energy_kwh) * pue * price_per_kwh * share
         piece_revenue = exact_revenue(piece)
-        fee_weighted += piece_revenue * Fraction(terms.management_fee_pct) / 100
+        fee_weighted += piece_revenue * fee_pct / 100
         revenue_total += piece_revenue
     # Management fee: the percentage in force, weighted by where the revenue was earned.
     fee_rate = fee_weighted / revenue_total if revenue_total else Fraction(0)
@@ -309,6 +312,17 @@ def _line(
         hosting_fee=round_cents(_decimal(hosting)),
         power_cost=round_cents(_decimal(power)),
         management_fee=round_cents(_decimal(Fraction(gross) * fee_rate)),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _exact_terms(terms: RateTerms) -> tuple[Fraction, Fraction, Fraction, Fraction]:
+    """A rate card's figures as exact rationals (converted once per card, not per line)."""
+    return (
+        Fraction(terms.hosting_fee_per_gpu_month),
+        Fraction(terms.pue),
+        Fraction(terms.price_per_kwh),
+        Fraction(terms.management_fee_pct),
     )
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from django.db import models
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 
 from billing.engine.intervals import Interval, intersect
 from billing.engine.statement import OwnershipSlice, RateTerms, Rental
@@ -64,6 +66,22 @@ class GpuFacts:
         return {t for t in cuts if self.range.start < t < self.range.end}
 
 
+def _one_of(gpu_ids: Sequence[uuid.UUID]) -> Callable[..., RawSQL]:
+    """``gpu_id = ANY(%s)`` with the ids as one array parameter: ``gpu_id__in`` binds one
+    parameter per id, which costs more than the query itself for a cluster of GPUs."""
+    array = [str(g) for g in gpu_ids]
+
+    def condition(model: type[models.Model], column: str = "gpu_id") -> RawSQL:
+        table = model._meta.db_table
+        return RawSQL(  # noqa: S611 - table and column names come from the models
+            f'"{table}"."{column}" = ANY(%s::uuid[])',
+            [array],
+            output_field=models.BooleanField(),
+        )
+
+    return condition
+
+
 def _interval(a: datetime, b: datetime | None) -> Interval:
     return Interval(a, b if b is not None else FAR_FUTURE)
 
@@ -78,11 +96,12 @@ def gpu_facts(
     """Facts for the given GPUs over ``[start, end)``; with ``cluster_id``, in-service time
     only counts while the GPU was placed in that cluster."""
     window = Interval(start, end)
-    serials = dict(Gpu.objects.filter(pk__in=gpu_ids).values_list("pk", "serial"))
+    ids = _one_of(gpu_ids)
+    serials = dict(Gpu.objects.filter(ids(Gpu, "id")).values_list("pk", "serial"))
     facts = {g: GpuFacts(gpu_id=g, serial=serials[g], range=window) for g in gpu_ids}
 
     placements = list(
-        Placement.objects.filter(gpu_id__in=gpu_ids, valid_from__lt=end)
+        Placement.objects.filter(ids(Placement), valid_from__lt=end)
         .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
         .values_list(
             "gpu_id",
@@ -103,7 +122,7 @@ def gpu_facts(
         if cluster == cluster_id:
             in_cluster[gpu_id].append(placed)
 
-    transitions = LifecycleTransition.objects.filter(gpu_id__in=gpu_ids, at__lt=end).order_by(
+    transitions = LifecycleTransition.objects.filter(ids(LifecycleTransition), at__lt=end).order_by(
         "gpu_id", "at"
     )
     for gpu_id, rows in itertools.groupby(
@@ -152,7 +171,7 @@ def gpu_facts(
                 facts[gpu_id].operator_incidents.append(piece)
 
     ownership_rows = (
-        Ownership.objects.filter(gpu_id__in=gpu_ids, valid_from__lt=end)
+        Ownership.objects.filter(ids(Ownership), valid_from__lt=end)
         .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
         .order_by("gpu_id", "valid_from")
         .values_list("gpu_id", "owner_id", "share_bps", "valid_from", "valid_to")
@@ -162,7 +181,7 @@ def gpu_facts(
 
     rentals = (
         RentalGpu.objects.filter(
-            gpu_id__in=gpu_ids, rental__starts_at__lt=end, rental__ends_at__gt=start
+            ids(RentalGpu), rental__starts_at__lt=end, rental__ends_at__gt=start
         )
         .order_by("rental__starts_at", "rental_id")
         .values_list(

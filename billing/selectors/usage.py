@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -72,14 +72,29 @@ SELECT c.idx, sum(h.seconds_up + h.seconds_degraded), sum(h.seconds_down),
        sum(h.util_gpu_seconds), sum(h.energy_kwh)
   FROM billing_usage_cell c
   JOIN telemetry_hourlyrollup h ON h.gpu_id = c.gpu_id AND h.hour >= c.h0 AND h.hour < c.h1
- WHERE c.h0 < c.h1
+ WHERE c.h0 < c.h1 AND NOT c.common
  GROUP BY c.idx
+"""
+
+# The cells that span the most common range of whole hours (usually the whole period: a GPU
+# with one owner and one rate card all month) are at most one per GPU, so the rollups can be
+# summed per GPU first — one scan with the cost of a plain aggregate — and joined after.
+_ROLLUP_COMMON_HOURS = """
+SELECT c.idx, a.up, a.down, a.busy, a.energy
+  FROM billing_usage_cell c
+  JOIN (SELECT h.gpu_id, sum(h.seconds_up + h.seconds_degraded) AS up,
+               sum(h.seconds_down) AS down, sum(h.util_gpu_seconds) AS busy,
+               sum(h.energy_kwh) AS energy
+          FROM telemetry_hourlyrollup h
+         WHERE h.hour >= %(h0)s AND h.hour < %(h1)s
+         GROUP BY h.gpu_id) a ON a.gpu_id = c.gpu_id
+ WHERE c.common
 """
 
 _TEMP = """
 CREATE TEMP TABLE IF NOT EXISTS billing_usage_cell (
     idx integer PRIMARY KEY, gpu_id uuid, lo timestamptz, hi timestamptz,
-    h0 timestamptz, h1 timestamptz) ON COMMIT DROP;
+    h0 timestamptz, h1 timestamptz, common boolean) ON COMMIT DROP;
 CREATE TEMP TABLE IF NOT EXISTS billing_usage_range (
     idx integer, gpu_id uuid, lo timestamptz, hi timestamptz) ON COMMIT DROP;
 TRUNCATE billing_usage_cell, billing_usage_range;
@@ -109,22 +124,32 @@ def cells_load(
 ) -> dict[uuid.UUID, CellUsage]:
     """A ``CellUsage`` per GPU. ``use_rollups=False`` reads whole hours from the windows
     too (the two must agree; the rollups are much cheaper)."""
-    extra_cuts = extra_cuts or {}
-    shapes: list[tuple[uuid.UUID, Interval, tuple[bool, bool, bool, bool]]] = []
-    for fact in facts:
-        for bounds in cell_bounds(fact, extra_cuts.get(fact.gpu_id, ())):
-            at = bounds.start
-            flags = (
-                _covers(fact.in_service, at),
-                _covers(fact.maintenance, at),
-                _covers(fact.incidents, at),
-                _covers(fact.operator_incidents, at),
-            )
-            shapes.append((fact.gpu_id, bounds, flags))
+    return cells_load_many(groups=[(facts, extra_cuts or {})], use_rollups=use_rollups)[0]
+
+
+def cells_load_many(
+    *,
+    groups: Sequence[tuple[Sequence[GpuFacts], dict[uuid.UUID, set[datetime]]]],
+    use_rollups: bool = True,
+) -> list[dict[uuid.UUID, CellUsage]]:
+    """``cells_load`` for several groups of facts (one per cluster: a GPU that moved has
+    facts in each) in the same two queries, so the rollups are scanned once for all."""
+    shapes: list[tuple[int, uuid.UUID, Interval, tuple[bool, bool, bool, bool]]] = []
+    for group, (facts, extra_cuts) in enumerate(groups):
+        for fact in facts:
+            for bounds in cell_bounds(fact, extra_cuts.get(fact.gpu_id, ())):
+                at = bounds.start
+                flags = (
+                    _covers(fact.in_service, at),
+                    _covers(fact.maintenance, at),
+                    _covers(fact.incidents, at),
+                    _covers(fact.operator_incidents, at),
+                )
+                shapes.append((group, fact.gpu_id, bounds, flags))
 
     cell_rows: list[tuple[Any, ...]] = []
     range_rows: list[tuple[Any, ...]] = []
-    for idx, (gpu_id, bounds, (in_service, *_)) in enumerate(shapes):
+    for idx, (_, gpu_id, bounds, (in_service, *_)) in enumerate(shapes):
         if not in_service:
             continue
         h0, h1 = _ceil_hour(bounds.start), hour_of(bounds.end)
@@ -139,6 +164,9 @@ def cells_load(
             if h1 < bounds.end:
                 range_rows.append((idx, gpu_id, h1, bounds.end))
         cell_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
+    spans = Counter((row[4], row[5]) for row in cell_rows if row[4] < row[5])
+    common = spans.most_common(1)[0][0] if spans else None
+    cell_rows = [(*row, (row[4], row[5]) == common) for row in cell_rows]
 
     whole: dict[int, tuple[int, int, Decimal, Decimal]] = {}
     pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
@@ -146,7 +174,9 @@ def cells_load(
         cursor.execute("SET LOCAL work_mem = '64MB'")
         cursor.execute(_TEMP)
         raw = cursor.cursor
-        with raw.copy("COPY billing_usage_cell (idx, gpu_id, lo, hi, h0, h1) FROM STDIN") as copy:
+        with raw.copy(
+            "COPY billing_usage_cell (idx, gpu_id, lo, hi, h0, h1, common) FROM STDIN"
+        ) as copy:
             for row in cell_rows:
                 copy.write_row(row)
         with raw.copy("COPY billing_usage_range (idx, gpu_id, lo, hi) FROM STDIN") as copy:
@@ -155,15 +185,20 @@ def cells_load(
         cursor.execute("ANALYZE billing_usage_cell; ANALYZE billing_usage_range")
         if use_rollups and cell_rows:
             cursor.execute(_ROLLUP_WHOLE_HOURS)
-            for idx, up, down, busy, energy in cursor.fetchall():
+            rows = cursor.fetchall()
+            if common is not None:
+                cursor.execute(_ROLLUP_COMMON_HOURS, {"h0": common[0], "h1": common[1]})
+                rows += cursor.fetchall()
+            for idx, up, down, busy, energy in rows:
                 whole[idx] = (int(up), int(down), busy, energy)
         if range_rows:
             cursor.execute(_WINDOW_PIECES)
             for idx, hour, up, down, busy, energy in cursor.fetchall():
                 pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
 
-    cells: dict[uuid.UUID, list[Cell]] = defaultdict(list)
-    for idx, (gpu_id, bounds, (in_service, maintenance, incident, operator)) in enumerate(shapes):
+    cells: list[dict[uuid.UUID, list[Cell]]] = [defaultdict(list) for _ in groups]
+    for idx, (group, gpu_id, bounds, flags) in enumerate(shapes):
+        in_service, maintenance, incident, operator = flags
         up, down, busy_whole, energy_whole = whole.get(idx, (0, 0, Decimal(0), Decimal(0)))
         partial: list[PartialHour] = []
         for hour, piece_up, piece_down, busy, energy_mj_s in sorted(pieces.get(idx, [])):
@@ -176,7 +211,7 @@ def cells_load(
                 )
             else:
                 partial.append(PartialHour(hour, busy, energy_mj_s))
-        cells[gpu_id].append(
+        cells[group][gpu_id].append(
             Cell(
                 interval=bounds,
                 in_service=in_service,
@@ -190,7 +225,10 @@ def cells_load(
                 partial=tuple(partial),
             )
         )
-    return {fact.gpu_id: CellUsage(cells[fact.gpu_id]) for fact in facts}
+    return [
+        {fact.gpu_id: CellUsage(cells[group][fact.gpu_id]) for fact in facts}
+        for group, (facts, _) in enumerate(groups)
+    ]
 
 
 _MINUTES = f"""

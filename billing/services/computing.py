@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -19,17 +20,26 @@ from django.core.exceptions import ValidationError
 from django.db.models import Sum
 
 from accounts.models import Disclosure, Owner
+from billing.engine.cells import CellUsage
 from billing.engine.document import document, gpu_frozen, iso, line_document, sha256_hex
 from billing.engine.intervals import Interval
-from billing.engine.statement import GpuInputs, OwnershipSlice, PoolBasis, gpu_lines, pool_split
+from billing.engine.statement import (
+    GpuInputs,
+    OwnershipSlice,
+    PoolBasis,
+    RateTerms,
+    gpu_lines,
+    pool_split,
+)
 from billing.models import Adjustment, ClusterBilling, Payout, Period, PoolRevenue, Statement
 from billing.selectors.facts import (
+    GpuFacts,
     cluster_gpu_ids,
     gpu_facts,
     rate_boundaries,
     rate_terms,
 )
-from billing.selectors.usage import cells_load
+from billing.selectors.usage import cells_load_many
 from fleet.models import Cluster, Placement
 
 StatementKey = tuple[str, str]  # (owner id, currency)
@@ -58,13 +68,25 @@ def _clusters_in(period: Period) -> list[uuid.UUID]:
     )
 
 
-def _cluster_lines(
-    period: Period, cluster_id: uuid.UUID, drafts: dict[StatementKey, Draft]
-) -> None:
+@dataclass
+class _ClusterFacts:
+    """What one cluster's lines are computed from, before usage is loaded."""
+
+    cluster: Cluster
+    facts: list[GpuFacts]
+    currency_of: dict[str, str]
+    pools: dict[str, Decimal]
+    basis: PoolBasis
+    currencies: list[str]
+    terms: dict[str, list[RateTerms]]
+    cuts: set[datetime]
+
+
+def _cluster_facts(period: Period, cluster_id: uuid.UUID) -> _ClusterFacts | None:
     window = Interval(period.start, period.end)
     ids = cluster_gpu_ids(cluster_id=cluster_id, start=period.start, end=period.end)
     if not ids:
-        return
+        return None
     facts = gpu_facts(gpu_ids=ids, start=period.start, end=period.end, cluster_id=cluster_id)
     holders = {owner for f in facts for owner in f.owner_ids()}
     currency_of = {
@@ -105,9 +127,19 @@ def _cluster_lines(
         for c in currencies
     }
     cuts = set().union(*(rate_boundaries(t, window) for t in terms.values())) if terms else set()
-    usage = cells_load(facts=facts, extra_cuts={f.gpu_id: cuts for f in facts})
+    return _ClusterFacts(cluster, facts, currency_of, pools, basis, currencies, terms, cuts)
 
-    for currency in currencies:
+
+def _cluster_lines(
+    period: Period,
+    prepared: _ClusterFacts,
+    usage: dict[uuid.UUID, CellUsage],
+    drafts: dict[StatementKey, Draft],
+) -> None:
+    window = Interval(period.start, period.end)
+    cluster, facts, currency_of = prepared.cluster, prepared.facts, prepared.currency_of
+    cluster_id, basis, terms = cluster.pk, prepared.basis, prepared.terms
+    for currency in prepared.currencies:
         inputs = []
         for fact in facts:
             ownership = [
@@ -128,7 +160,7 @@ def _cluster_lines(
                     ),
                 )
             )
-        pool_amount = pools.get(currency) or Decimal("0.00")
+        pool_amount = prepared.pools.get(currency) or Decimal("0.00")
         parts = pool_split(
             period=window, gpus=[g for _, g in inputs], pool_amount=pool_amount, pool_basis=basis
         )
@@ -169,8 +201,15 @@ def _cluster_lines(
 def statements_compute(*, period: Period, disclosure: Disclosure) -> dict[StatementKey, Draft]:
     """Every statement the period should have, with frozen inputs, content and hash."""
     drafts: dict[StatementKey, Draft] = {}
-    for cluster_id in _clusters_in(period):
-        _cluster_lines(period, cluster_id, drafts)
+    prepared = [
+        p for p in (_cluster_facts(period, c) for c in _clusters_in(period)) if p is not None
+    ]
+    # One pass over the rollups for every cluster (per cluster, each would scan them again).
+    usages = cells_load_many(
+        groups=[(p.facts, {f.gpu_id: p.cuts for f in p.facts}) for p in prepared]
+    )
+    for p, usage in zip(prepared, usages, strict=True):
+        _cluster_lines(period, p, usage, drafts)
 
     adjustments: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
     for adj in Adjustment.objects.filter(period=period).order_by("created_at", "id"):
