@@ -68,3 +68,9 @@ def test_a_bootstrap_token_is_issued_from_the_console_and_shown_once(console, no
     shown = [str(m) for m in response.context["messages"]]
     assert any(node.node.hostname in m and "shown once" in m for m in shown)
     assert BootstrapToken.objects.filter(node=node.node).count() == 1
+
+
+@pytest.mark.parametrize("model", ["nodestatus", "ingestbatch"])
+def test_ingest_health_is_linked_from_the_telemetry_changelists(console, model):
+    page = console.get(reverse(f"admin:telemetry_{model}_changelist")).content.decode()
+    assert f'<a href="{reverse("admin:telemetry_ingest_health")}">Ingest health</a>' in page
