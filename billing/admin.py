@@ -129,6 +129,10 @@ class PeriodAdmin(admin.ModelAdmin[Period]):
     list_filter = ("status",)
     actions = ("close", "recompute", "finish", "reconcile")
 
+    def has_close_permission(self, request: HttpRequest) -> bool:
+        """Read-only operators see periods; only these may close them."""
+        return request.user.has_perm("billing.close_period")
+
     def save_model(self, request: HttpRequest, obj: Period, form: Any, change: bool) -> None:
         made = periods.period_for_month(
             year=form.cleaned_data["year"], month=form.cleaned_data["month"]
@@ -142,7 +146,7 @@ class PeriodAdmin(admin.ModelAdmin[Period]):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.action(description="Close: compute the draft statements", permissions=["view"])
+    @admin.action(description="Close: compute the draft statements", permissions=["close"])
     def close(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
         _each(
             self,
@@ -151,13 +155,13 @@ class PeriodAdmin(admin.ModelAdmin[Period]):
             lambda p: closing.period_close(period=p, by=_user(request)),
         )
 
-    @admin.action(description="Recompute the drafts of closing periods", permissions=["view"])
+    @admin.action(description="Recompute the drafts of closing periods", permissions=["close"])
     def recompute(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
         _each(
             self, request, queryset.order_by("start"), lambda p: closing.period_close_run(period=p)
         )
 
-    @admin.action(description="Finish closing (all statements published)", permissions=["view"])
+    @admin.action(description="Finish closing (all statements published)", permissions=["close"])
     def finish(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
         _each(
             self,
@@ -166,7 +170,7 @@ class PeriodAdmin(admin.ModelAdmin[Period]):
             lambda p: closing.period_close_finish(period=p, by=_user(request)),
         )
 
-    @admin.action(description="Reconcile (differences → adjustments)", permissions=["view"])
+    @admin.action(description="Reconcile (differences → adjustments)", permissions=["close"])
     def reconcile(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
         _each(
             self,
@@ -227,6 +231,10 @@ class StatementAdmin(admin.ModelAdmin[Statement]):
     exclude = ("frozen_inputs",)
     actions = ("request_publish", "approve_publish")
 
+    def has_publish_permission(self, request: HttpRequest) -> bool:
+        """Read-only operators see statements; only these may request or approve publishing."""
+        return request.user.has_perm("billing.publish_statement")
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return [f.name for f in Statement._meta.fields if f.name != "frozen_inputs"]
 
@@ -239,7 +247,7 @@ class StatementAdmin(admin.ModelAdmin[Statement]):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.action(description="Request publishing", permissions=["view"])
+    @admin.action(description="Request publishing", permissions=["publish"])
     def request_publish(self, request: HttpRequest, queryset: QuerySet[Statement]) -> None:
         _each(
             self,
@@ -248,7 +256,7 @@ class StatementAdmin(admin.ModelAdmin[Statement]):
             lambda s: publishing.statement_publish_request(statement=s, by=_user(request)),
         )
 
-    @admin.action(description="Approve publishing (a second operator)", permissions=["view"])
+    @admin.action(description="Approve publishing (a second operator)", permissions=["publish"])
     def approve_publish(self, request: HttpRequest, queryset: QuerySet[Statement]) -> None:
         _each(
             self,

@@ -24,6 +24,9 @@ class Period(models.Model):
 
     class Meta:
         ordering: ClassVar = ["-start"]
+        permissions: ClassVar = [
+            ("close_period", "Can close, recompute, finish and reconcile periods"),
+        ]
         constraints: ClassVar = [
             models.CheckConstraint(condition=Q(end__gt=F("start")), name="billing_period_positive"),
         ]

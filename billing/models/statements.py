@@ -51,6 +51,9 @@ class Statement(models.Model):
 
     class Meta:
         ordering: ClassVar = ["-period__start", "owner__legal_name"]
+        permissions: ClassVar = [
+            ("publish_statement", "Can request and approve the publishing of statements"),
+        ]
         constraints: ClassVar = [
             models.UniqueConstraint(
                 fields=["owner", "period", "currency"],

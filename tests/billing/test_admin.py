@@ -98,3 +98,26 @@ def test_money_forms_call_the_services_and_show_their_refusals(closed_world, osc
     assert "exceeds the balance available, 0.00 EUR" in response.content.decode()
     assert not Payout.objects.exists()
     assert Decimal("0") == sum(p.amount for p in Payout.objects.all())
+
+
+def test_a_read_only_operator_can_neither_close_nor_publish(closed_world, oscar):
+    from django.contrib.auth.models import Permission
+
+    rita = accounts.user_create(email="rita@steward.example", password=PASSWORD, is_staff=True)
+    rita.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="billing", codename__in=["view_period", "view_statement"]
+        )
+    )
+    reader = console_login(Client(), rita)
+    period = closed_world["period"]
+    assert reader.get("/admin/billing/period/").status_code == 200
+    _action(reader, "/admin/billing/period/", "close", [period.pk])
+    assert Period.objects.get(pk=period.pk).status == Period.Status.OPEN
+    assert not Statement.objects.exists()
+
+    officer = console_login(Client(), oscar)
+    _action(officer, "/admin/billing/period/", "close", [period.pk])
+    statement = Statement.objects.get()
+    _action(reader, "/admin/billing/statement/", "request_publish", [statement.pk])
+    assert Statement.objects.get().status == Statement.Status.DRAFT
