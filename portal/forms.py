@@ -129,3 +129,13 @@ class NotificationPreferenceForm(forms.ModelForm[NotificationPreference]):
             "incidents": "An incident affecting your GPUs is opened or resolved",
             "maintenance": "Maintenance affecting your GPUs is announced",
         }
+
+
+class DisclosureAcknowledgementForm(forms.Form):
+    understood = forms.BooleanField(
+        label=(
+            "I have read this disclosure and understand that results are not guaranteed "
+            "and can be zero."
+        ),
+        error_messages={"required": "Tick the box to confirm you have read the disclosure."},
+    )

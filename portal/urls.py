@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.views import account, auth, events, fleet
+from portal.views import account, auth, disclosure, events, fleet
 
 app_name = "portal"
 
@@ -12,6 +12,7 @@ urlpatterns = [
     path("incidents/<int:incident_id>/", events.incident, name="incident"),
     path("maintenance/", events.maintenance, name="maintenance"),
     path("maintenance/<int:window_id>/", events.maintenance_window, name="maintenance-window"),
+    path("disclosure/", disclosure.disclosure, name="disclosure"),
     path("settings/notifications/", account.notification_settings, name="notifications"),
     path("settings/security/", account.security, name="security"),
     path("settings/security/2fa/enrol/", account.two_factor_enrol, name="2fa-enrol"),

@@ -5,7 +5,7 @@ and never uses words that sell certainty ("guaranteed", "risk-free", "passive in
 ``forbidden_wording`` finds such wording in text (an HTML page, an email) so that tests can
 check every owner-facing page and message. "Guarantee" is allowed only when denied — "not
 guaranteed", "no guarantee", "does not guarantee" — because the disclosures must say exactly
-that.
+that; so are "no projection" and "no forecast", which the standard disclosure says.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
     ("will earn", r"\b(?:will|going\s+to)\s+(?:earn|make|generate)\b"),
     ("sure thing", r"\b(?:sure\s+thing|can(?:'|’)?t\s+lose|no[\s\-]+risk)\b"),
 )
+# Rules whose words the disclosures themselves use, denied ("shows no projection or forecast").
+_DENIABLE = frozenset({"projection", "forecast"})
 _GUARANTEE = re.compile(r"\bguarantee(?:d|s|ing)?\b", re.IGNORECASE)
 # A "guarantee" preceded closely by one of these is a denial, which the disclosures need.
 _DENIAL = re.compile(
@@ -66,12 +68,17 @@ def forbidden_wording(text: str, *, markup: bool = True) -> list[Finding]:
     findings: list[Finding] = []
     for rule, pattern in FORBIDDEN:
         for match in re.finditer(pattern, plain, re.IGNORECASE):
+            if rule in _DENIABLE and _denied(plain, match.start()):
+                continue
             findings.append(Finding(rule, _excerpt(plain, match.start(), match.end())))
     for match in _GUARANTEE.finditer(plain):
-        before = plain[max(0, match.start() - 40) : match.start()]
-        if not _DENIAL.search(before):
+        if not _denied(plain, match.start()):
             findings.append(Finding("guarantee", _excerpt(plain, match.start(), match.end())))
     return findings
+
+
+def _denied(text: str, start: int) -> bool:
+    return _DENIAL.search(text[max(0, start - 40) : start]) is not None
 
 
 def _excerpt(text: str, start: int, end: int) -> str:

@@ -11,12 +11,15 @@ from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django_otp import user_has_device
 
 from accounts.models import User
+from accounts.selectors import disclosure_acknowledged, disclosure_current
 from portal.selectors import Period, month_period, recent_months
 
 View = Callable[..., HttpResponseBase]
@@ -39,6 +42,29 @@ def owner_view(view: View) -> View:
         return view(request, *args, **kwargs)
 
     return wrapped
+
+
+def earnings_view(view: View) -> View:
+    """An owner page that shows earnings: as ``owner_view``, and the user must first have
+    acknowledged the current risk disclosure. A new version asks again; until then the user
+    is sent to the disclosure page and brought back here after acknowledging it."""
+
+    @owner_view
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if not disclosure_is_acknowledged(the_user(request)):
+            query = urlencode({"next": request.get_full_path()})
+            return redirect(f"{reverse('portal:disclosure')}?{query}")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def disclosure_is_acknowledged(user: User) -> bool:
+    """Whether user may see earnings: the current disclosure version is acknowledged (with
+    no disclosure published at all, nothing can be acknowledged and nothing is shown)."""
+    current = disclosure_current()
+    return current is not None and disclosure_acknowledged(user=user, disclosure=current)
 
 
 def the_user(request: HttpRequest) -> User:

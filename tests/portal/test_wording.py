@@ -48,6 +48,8 @@ pytestmark = pytest.mark.django_db
         "Your GPU will earn more next month",
         "We guarantee uptime",
         "estimated income",
+        "Our projection: more next year",
+        "See the forecast below",
     ],
 )
 def test_the_checker_finds_promises(text):
@@ -63,6 +65,7 @@ def test_the_checker_finds_promises(text):
         "Earnings are never guaranteed.",
         "Availability = up ÷ (in service − maintenance).",
         "Utilization 50.00 %",
+        "Steward shows no projection or forecast of earnings.",
     ],
 )
 def test_the_checker_allows_denials_and_plain_figures(text):
