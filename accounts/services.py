@@ -193,7 +193,7 @@ def totp_enrolment_confirm(*, device: TOTPDevice, token: str) -> list[str]:
     audit_log(
         actor=user,
         events=[AuditEvent.of(user, action="2fa.enrol", after={"device": device.persistent_id})],
-        reason="Operator enrolled an authenticator app.",
+        reason="The user enrolled an authenticator app.",
     )
     return codes
 
@@ -205,7 +205,7 @@ def recovery_codes_regenerate(*, user: User) -> list[str]:
     audit_log(
         actor=user,
         events=[AuditEvent.of(user, action="2fa.recovery_codes_regenerated")],
-        reason="Operator regenerated recovery codes.",
+        reason="The user regenerated their recovery codes.",
     )
     return codes
 

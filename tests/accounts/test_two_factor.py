@@ -8,6 +8,7 @@ import pytest
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
+from accounts import services
 from accounts.models import AuditEntry
 from tests.accounts.two_factor import console_login, current_code, give_authenticator
 from tests.conftest import PASSWORD
@@ -100,3 +101,10 @@ def test_recovery_codes_can_be_renewed_by_a_verified_operator(client, oscar):
     response = client.post("/admin/2fa/recovery-codes/")
     assert len(re.findall(r"<li><code>", response.text)) == 10
     assert StaticToken.objects.filter(device__user=oscar).count() == 10
+
+
+def test_an_owners_enrolment_is_audited_as_the_users_own_act(alice):
+    device = services.totp_enrolment_start(user=alice)
+    services.totp_enrolment_confirm(device=device, token=current_code(device))
+    entry = AuditEntry.objects.get(action="2fa.enrol", actor=alice)
+    assert entry.reason == "The user enrolled an authenticator app."
