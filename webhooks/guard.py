@@ -45,10 +45,10 @@ def _refusal(ip: IPAddress) -> str | None:
         return "a link-local address"
     if ip.is_multicast:
         return "a multicast address"
-    if ip.is_private:
-        return "a private address"
     if ip.is_reserved:
         return "a reserved address"
+    if ip.is_private:
+        return "a private address"
     if not ip.is_global:
         return "an address that is not public"
     return None
