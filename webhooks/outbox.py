@@ -39,7 +39,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def events_emit(*, events: Iterable[Event]) -> int:
-    """Writes the events (one INSERT) in the current transaction; returns how many were new."""
+    """Writes the events (one INSERT) in the current transaction, skipping any whose
+    ``dedupe_key`` is already there; returns how many were given with owners."""
     now = timezone.now()
     rows = []
     for event in events:
@@ -59,9 +60,9 @@ def events_emit(*, events: Iterable[Event]) -> int:
         )
     if not rows:
         return 0
-    created = WebhookEvent.objects.bulk_create(rows, ignore_conflicts=True)
+    WebhookEvent.objects.bulk_create(rows, ignore_conflicts=True)
     dispatch_on_commit()
-    return len(created)
+    return len(rows)
 
 
 # The SELECT yields (type, owner_ids uuid[], data jsonb, owner_data jsonb, dedupe_key text).
