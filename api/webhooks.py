@@ -25,6 +25,27 @@ from webhooks.models import EventType, WebhookAttempt, WebhookDelivery, WebhookE
 # --- shapes ---------------------------------------------------------------------------------
 
 
+class EventTypesField(serializers.ListField):
+    """A list of event types whose errors read as sentences, not as a dict by position."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.ChoiceField(choices=EventType.choices), **kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            if isinstance(error.detail, dict):
+                raise serializers.ValidationError(
+                    [
+                        f"{message} Choose among {', '.join(EventType.values)}."
+                        for messages in error.detail.values()
+                        for message in messages
+                    ]
+                ) from error
+            raise
+
+
 class EndpointSerializer(serializers.ModelSerializer[WebhookEndpoint]):
     event_types = serializers.ListField(child=serializers.ChoiceField(choices=EventType.choices))
 
@@ -70,18 +91,14 @@ class EndpointCreateSerializer(_StrictSerializer):
     url = serializers.CharField(
         max_length=2000, help_text="https:// URL on a public address; redirects are not followed."
     )
-    event_types = serializers.ListField(
-        child=serializers.ChoiceField(choices=EventType.choices), min_length=1
-    )
+    event_types = EventTypesField(min_length=1)
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
     enabled = serializers.BooleanField(required=False, default=True)
 
 
 class EndpointUpdateSerializer(_StrictSerializer):
     url = serializers.CharField(max_length=2000, required=False)
-    event_types = serializers.ListField(
-        child=serializers.ChoiceField(choices=EventType.choices), min_length=1, required=False
-    )
+    event_types = EventTypesField(min_length=1, required=False)
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
     enabled = serializers.BooleanField(required=False)
 
@@ -127,6 +144,11 @@ class DeliveryDetailSerializer(DeliverySerializer):
 
 class DeliveryFilterSerializer(serializers.Serializer[Any]):
     status = serializers.ChoiceField(choices=WebhookDelivery.Status.choices, required=False)
+
+
+def _with_secret(made: services.EndpointWithSecret) -> dict[str, Any]:
+    """The endpoint and its new secret (``EndpointWithSecretSerializer``'s shape)."""
+    return {**EndpointSerializer(made.endpoint).data, "secret": made.secret}
 
 
 # --- access ---------------------------------------------------------------------------------
@@ -195,8 +217,7 @@ class EndpointList(_WebhookView, ListAPIView[Any]):
             by=self.actor,
             **params.validated_data,
         )
-        body = EndpointWithSecretSerializer(made.endpoint).data
-        return Response({**body, "secret": made.secret}, status=201)
+        return Response(_with_secret(made), status=201)
 
 
 class EndpointDetail(_WebhookView):
@@ -237,8 +258,7 @@ class EndpointRotateSecret(_WebhookView):
     )
     def post(self, request: Request, pk: Any) -> Response:
         made = services.endpoint_rotate_secret(endpoint=self.endpoint(), by=self.actor)
-        body = EndpointWithSecretSerializer(made.endpoint).data
-        return Response({**body, "secret": made.secret})
+        return Response(_with_secret(made))
 
 
 @extend_schema(parameters=[DeliveryFilterSerializer])

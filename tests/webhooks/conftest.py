@@ -120,6 +120,4 @@ def hooks(alice: User, bob: User, carol: User, carol_partner: Partner, receiver)
     made = webhooks.endpoint_create(
         partner=carol_partner, url=receiver.url, event_types=list(EventType.values), by=carol
     )
-    return Hooks(
-        alice_owner, bob_owner, carol_partner, gpu_a, gpu_b, made.endpoint, made.secret, f
-    )
+    return Hooks(alice_owner, bob_owner, carol_partner, gpu_a, gpu_b, made.endpoint, made.secret, f)

@@ -125,8 +125,16 @@ def test_rotation_signs_with_both_secrets_for_the_grace_period(hooks, receiver, 
 def test_the_retry_delays_are_full_jitter_below_the_schedule():
     top = Draws(*[0.999999] * 8)
     bounds = [webhooks.retry_delay(retry=n, rng=top).total_seconds() for n in range(1, 9)]
-    assert bounds == [4.999, 299.999, 1799.998, 7199.992, 17999.982, 35999.964, 35999.964,
-                      35999.964]
+    assert bounds == [
+        4.999,
+        299.999,
+        1799.998,
+        7199.992,
+        17999.982,
+        35999.964,
+        35999.964,
+        35999.964,
+    ]
     assert webhooks.retry_delay(retry=3, rng=Draws(0.0)) == dt.timedelta(0)
     assert webhooks.retry_delay(retry=3, rng=Draws(0.5)) == dt.timedelta(minutes=15)
 
@@ -145,6 +153,7 @@ def test_failures_are_retried_with_backoff_for_three_days_then_the_endpoint_is_d
         if result.status != WebhookDelivery.Status.PENDING:
             break
         assert result.status_code == 500
+        assert result.next_attempt_at is not None
         waits.append((result.next_attempt_at - now).total_seconds())
         # Not due before its time.
         assert webhooks.delivery_attempt(delivery_id=delivery.pk).status == ""
@@ -166,9 +175,7 @@ def test_failures_are_retried_with_backoff_for_three_days_then_the_endpoint_is_d
     assert delivery.attempts == 20
     assert len(receiver.requests) == 20
     # Every attempt carries the same webhook-id, each its own timestamp.
-    assert {r.headers["webhook-id"] for r in receiver.requests} == {
-        f"msg_{delivery.event_id.hex}"
-    }
+    assert {r.headers["webhook-id"] for r in receiver.requests} == {f"msg_{delivery.event_id.hex}"}
     endpoint = WebhookEndpoint.objects.get()
     assert (endpoint.enabled, endpoint.disabled_reason, endpoint.disabled_at) == (
         False,

@@ -90,9 +90,7 @@ def test_delivery_checks_again_and_sends_nothing_to_an_address_now_refused(
 ):
     from fleet.services.operations import incident_open
 
-    incident_open(
-        scope=hooks.gpu_a, title="PSU", cause="power", started_at=_at(), by=None
-    )
+    incident_open(scope=hooks.gpu_a, title="PSU", cause="power", started_at=_at(), by=None)
     delivery = _dispatched_one()
     settings.WEBHOOK_ALLOW_LOOPBACK = False
     result = webhooks.delivery_attempt(delivery_id=delivery.pk)

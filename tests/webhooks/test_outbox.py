@@ -14,7 +14,7 @@ from fleet.services.ownership import ShareTo, ownership_transfer
 from telemetry.services.derived import derived_mark, derived_process, instant_marks
 from tests.billing import scenario as s
 from webhooks import services as webhooks
-from webhooks.models import WebhookDelivery, WebhookEvent
+from webhooks.models import EventType, WebhookDelivery, WebhookEvent
 
 pytestmark = pytest.mark.django_db
 UTC = dt.UTC
@@ -95,7 +95,7 @@ def test_a_published_statement_event_is_idempotent(hooks):
     from webhooks.outbox import Event, events_emit
 
     event = Event(
-        type="statement.published",
+        type=EventType.STATEMENT_PUBLISHED,
         owner_ids=[hooks.alice.pk],
         data={"statement": {"id": "x"}},
         dedupe_key="statement.published:x",

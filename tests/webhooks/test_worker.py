@@ -19,6 +19,10 @@ from webhooks.tasks import deliveries_sweep
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
+def _now() -> dt.datetime:
+    return timezone.now().replace(microsecond=0)
+
+
 def _wait_for(receiver, count: int, seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
     while len(receiver.requests) < count and time.monotonic() < deadline:
@@ -27,9 +31,7 @@ def _wait_for(receiver, count: int, seconds: float = 30.0) -> None:
 
 def test_a_committed_change_is_delivered_by_the_worker(celery_worker, hooks, receiver):
     cache.delete(KICK_KEY)
-    incident_open(
-        scope=hooks.gpu_a, title="PSU", cause="power", started_at=timezone.now().replace(microsecond=0), by=None
-    )
+    incident_open(scope=hooks.gpu_a, title="PSU", cause="power", started_at=_now(), by=None)
     _wait_for(receiver, 1)
     (request,) = receiver.requests
     assert request.json()["type"] == "incident.opened"
@@ -46,9 +48,7 @@ def test_a_committed_change_is_delivered_by_the_worker(celery_worker, hooks, rec
 def test_the_sweep_finds_an_event_whose_task_was_lost(celery_worker, hooks, receiver):
     # A dispatch task is "already waiting" (the flag is set) but Redis lost it.
     cache.set(KICK_KEY, 1, timeout=300)
-    incident_open(
-        scope=hooks.gpu_a, title="PSU", cause="power", started_at=timezone.now().replace(microsecond=0), by=None
-    )
+    incident_open(scope=hooks.gpu_a, title="PSU", cause="power", started_at=_now(), by=None)
     time.sleep(1.0)
     assert receiver.requests == []
     assert WebhookEvent.objects.get().dispatched_at is None
