@@ -56,6 +56,7 @@ check: $(STAMP)
 	DJANGO_SETTINGS_MODULE=config.settings.production \
 	SECRET_KEY=$$($(PY) -c "import secrets; print(secrets.token_urlsafe(50))") \
 	STEWARD_NODE_KEY_SECRET=$$($(PY) -c "import secrets; print(secrets.token_urlsafe(50))") \
+	STEWARD_WEBHOOK_KEY_SECRET=$$($(PY) -c "import secrets; print(secrets.token_urlsafe(50))") \
 	ALLOWED_HOSTS=steward.example.com \
 	$(PY) manage.py check --deploy --fail-level WARNING'
 

@@ -7,7 +7,7 @@ from drf_spectacular.views import (
     SpectacularSwaggerSplitView,
 )
 
-from api import views
+from api import views, webhooks
 
 app_name = "api"
 
@@ -26,6 +26,28 @@ urlpatterns = [
     path("statements/<uuid:pk>", views.StatementDetail.as_view(), name="statement"),
     path("statements/<uuid:pk>/csv", views.StatementCsv.as_view(), name="statement-csv"),
     path("payouts", views.PayoutList.as_view(), name="payouts"),
+    path("webhooks/endpoints", webhooks.EndpointList.as_view(), name="webhook-endpoints"),
+    path(
+        "webhooks/endpoints/<uuid:pk>", webhooks.EndpointDetail.as_view(), name="webhook-endpoint"
+    ),
+    path(
+        "webhooks/endpoints/<uuid:pk>/rotate-secret",
+        webhooks.EndpointRotateSecret.as_view(),
+        name="webhook-endpoint-rotate-secret",
+    ),
+    path(
+        "webhooks/endpoints/<uuid:pk>/deliveries",
+        webhooks.EndpointDeliveries.as_view(),
+        name="webhook-endpoint-deliveries",
+    ),
+    path(
+        "webhooks/deliveries/<uuid:pk>", webhooks.DeliveryDetail.as_view(), name="webhook-delivery"
+    ),
+    path(
+        "webhooks/deliveries/<uuid:pk>/replay",
+        webhooks.DeliveryReplay.as_view(),
+        name="webhook-delivery-replay",
+    ),
     path("schema", SpectacularAPIView.as_view(), name="schema"),
     path("docs", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("redoc", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.db.models import (
     CharField,
     Exists,
@@ -207,6 +208,33 @@ def owners_affected(*, scoped: MaintenanceWindow | Incident, at: datetime) -> Qu
         _live_at(at), owner=OuterRef("pk"), gpu__in=scope_gpus(scoped=scoped, at=at)
     )
     return Owner.objects.filter(Exists(held))
+
+
+# Owners whose holding an incident touched: the same GPU, or a GPU placed in its node, cluster
+# or site while both the incident and the holding lasted (the partner API's and portal's rule).
+_INCIDENT_OWNERS_SQL = """
+SELECT DISTINCT o.owner_id FROM fleet_incident e
+JOIN fleet_ownership o
+  ON o.valid_from < COALESCE(e.ended_at, 'infinity')
+ AND COALESCE(o.valid_to, 'infinity') > e.started_at
+WHERE e.id = %s AND (e.gpu_id = o.gpu_id OR EXISTS (
+  SELECT 1 FROM fleet_placement p
+  JOIN fleet_node n ON n.id = p.node_id
+  JOIN fleet_cluster c ON c.id = n.cluster_id
+  WHERE p.gpu_id = o.gpu_id
+    AND (p.node_id = e.node_id OR n.cluster_id = e.cluster_id OR c.site_id = e.site_id)
+    AND p.valid_from < LEAST(COALESCE(e.ended_at, 'infinity'), COALESCE(o.valid_to, 'infinity'))
+    AND COALESCE(p.valid_to, 'infinity') > GREATEST(e.started_at, o.valid_from)
+))
+ORDER BY o.owner_id
+"""
+
+
+def incident_owner_ids(*, incident: Incident) -> list[Any]:
+    """The owner accounts an incident concerns: those whose holding it touched."""
+    with connection.cursor() as cursor:
+        cursor.execute(_INCIDENT_OWNERS_SQL, [incident.pk])
+        return [row[0] for row in cursor.fetchall()]
 
 
 @dataclass(frozen=True)

@@ -4,19 +4,29 @@ Both steps are compare-and-set updates on the statement's status and hash, so pu
 twice, or two approvals racing, publish exactly once; the database check
 ``billing_statement_published_by_a_second_operator`` refuses self-approval whatever the path.
 Before approving, the statement is recomputed from its frozen inputs and must reproduce its
-hash.
+hash. Approval writes the ``statement.published`` webhook event in the same transaction.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import User
-from billing.engine.document import document_from_frozen, sha256_hex
+from accounts.models import Disclosure, User
+from billing.engine.document import BASIS, document_from_frozen, sha256_hex
 from billing.models import Period, Statement
 from billing.services.closing import refuse_pending_telemetry
+from webhooks.models import EventType
+from webhooks.outbox import Event, events_emit
+
+# The same sentence the partner API puts in every statement's basis.
+NOT_GUARANTEED = (
+    "Results are not guaranteed: they depend on utilization, uptime, demand, costs, hardware "
+    "performance and market conditions, and can be zero."
+)
 
 
 def _operator(user: User, action: str) -> None:
@@ -88,4 +98,47 @@ def statement_publish_approve(*, statement: Statement, by: User) -> Statement:
                 "else, or recomputed); look again."
             }
         )
-    return Statement.objects.get(pk=current.pk)
+    published = Statement.objects.select_related("period").get(pk=current.pk)
+    events_emit(events=[statement_published_event(published)])
+    return published
+
+
+def statement_published_event(statement: Statement) -> Event:
+    """The webhook event of a published statement: its totals with their basis and the
+    disclosure it was issued under, as the partner API serves them (no lines)."""
+    disclosure = Disclosure.objects.filter(version=statement.disclosure_version).first()
+    data: dict[str, Any] = {
+        "statement": {
+            "id": statement.pk,
+            "owner_id": statement.owner_id,
+            "currency": statement.currency,
+            "status": statement.status,
+            "opening_balance": statement.opening_balance,
+            "lines_total": statement.lines_total,
+            "adjustments_total": statement.adjustments_total,
+            "payouts_total": statement.payouts_total,
+            "closing_balance": statement.closing_balance,
+            "content_sha256": statement.content_sha256,
+            "published_at": statement.published_at,
+            "basis": {
+                "period": {"start": statement.period.start, "end": statement.period.end},
+                "finality": "final",
+                "gross": BASIS["gross"],
+                "net": BASIS["net"],
+                "costs_included": BASIS["costs_included"],
+                "time_zone": BASIS["time_zone"],
+                "not_guaranteed": NOT_GUARANTEED,
+            },
+            "disclosure": {
+                "version": statement.disclosure_version,
+                "text_sha256": statement.disclosure_sha256,
+                "text": disclosure.text if disclosure is not None else "",
+            },
+        }
+    }
+    return Event(
+        type=EventType.STATEMENT_PUBLISHED,
+        owner_ids=[statement.owner_id],
+        data=data,
+        dedupe_key=f"statement.published:{statement.pk}",
+    )

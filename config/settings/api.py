@@ -46,5 +46,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {},
+    "ENUM_NAME_OVERRIDES": {
+        "StatusEnum": "billing.models.Statement.Status",
+        "WebhookDeliveryStatusEnum": "webhooks.models.WebhookDelivery.Status",
+    },
 }

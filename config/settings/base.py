@@ -9,3 +9,4 @@ from config.settings.portal import *
 from config.settings.queue import *
 from config.settings.security import *
 from config.settings.telemetry import *
+from config.settings.webhooks import *

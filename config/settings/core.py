@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "django_otp.plugins.otp_totp",
     "django_otp.plugins.otp_static",
     "accounts",
+    "webhooks",
     "fleet",
     "telemetry",
     "billing",

@@ -5,6 +5,8 @@ import os
 os.environ.setdefault("DEBUG", "true")
 os.environ.setdefault("SECRET_KEY", "dev-only-insecure-key-never-used-in-production-steward")
 os.environ.setdefault("STEWARD_NODE_KEY_SECRET", "dev-only-insecure-node-key-secret-steward")
+os.environ.setdefault("STEWARD_WEBHOOK_KEY_SECRET", "dev-only-insecure-webhook-key-secret-steward")
+os.environ.setdefault("WEBHOOK_ALLOW_HTTP", "true")
 os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 os.environ.setdefault("LOG_FORMAT", "text")
 

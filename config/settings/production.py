@@ -4,6 +4,9 @@ from config.env import env_bool, env_int
 from config.settings.base import *
 
 DEBUG = False
+# Webhooks go to public https:// addresses only, whatever the environment says.
+WEBHOOK_ALLOW_HTTP = False
+WEBHOOK_ALLOW_LOOPBACK = False
 
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
 # Health probes come over plain HTTP from inside the cluster.

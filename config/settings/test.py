@@ -4,6 +4,8 @@ import os
 
 os.environ.setdefault("SECRET_KEY", "test-only-insecure-key-never-used-in-production-steward")
 os.environ.setdefault("STEWARD_NODE_KEY_SECRET", "test-only-insecure-node-key-secret-steward")
+os.environ.setdefault("STEWARD_WEBHOOK_KEY_SECRET", "test-only-insecure-webhook-key-secret-steward")
+os.environ.setdefault("WEBHOOK_ALLOW_HTTP", "true")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
 os.environ.setdefault("DEBUG", "false")
 # A queue of its own per test run, so a demo worker on the same Redis never takes its tasks.
@@ -15,3 +17,5 @@ from config.settings.mail import mailer
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MAILERS = {"default": mailer("locmem")}
 CACHES["default"]["KEY_PREFIX"] = "steward-test"
+# Tests deliver webhooks to an HTTP server of their own on 127.0.0.1.
+WEBHOOK_ALLOW_LOOPBACK = True

@@ -1,5 +1,6 @@
 """Maintenance windows (planned) and incidents (unplanned), scoped to a site, cluster, node or
 GPU. Which GPUs they affect is resolved at a given instant by ``fleet.selectors``.
+Opening and resolving an incident write their webhook events in the same transaction.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from django.db import transaction
 from accounts.models import User
 from accounts.services import AuditEvent, audit_log
 from fleet.models import Cluster, Gpu, Incident, MaintenanceWindow, Node, Site
+from fleet.selectors import incident_owner_ids
 from fleet.services._common import database_rules, fmt, require_instant, snapshot
+from webhooks.models import EventType
+from webhooks.outbox import Event, events_emit
 
 Scope = Site | Cluster | Node | Gpu
 
@@ -127,6 +131,7 @@ def incident_open(
         actor=by,
         events=[AuditEvent.of(incident, action="incident.open", after=snapshot(incident))],
     )
+    events_emit(events=[incident_event(incident, EventType.INCIDENT_OPENED)])
     return incident
 
 
@@ -168,4 +173,26 @@ def incident_close(
             )
         ],
     )
+    events_emit(events=[incident_event(incident, EventType.INCIDENT_RESOLVED)])
     return incident
+
+
+def incident_event(incident: Incident, event_type: EventType) -> Event:
+    """The webhook event of an incident, for the owners whose holdings it touched; what the
+    partner API shows of it (never the internal notes)."""
+    return Event(
+        type=event_type,
+        owner_ids=incident_owner_ids(incident=incident),
+        data={
+            "incident": {
+                "id": incident.pk,
+                "title": incident.title,
+                "cause": incident.cause,
+                "started_at": incident.started_at,
+                "ended_at": incident.ended_at,
+                "status": "open" if incident.ended_at is None else "resolved",
+                "notes_for_owners": incident.notes_for_owners,
+            }
+        },
+        dedupe_key=f"{event_type}:{incident.pk}",
+    )

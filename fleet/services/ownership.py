@@ -3,7 +3,8 @@
 Every change closes the affected owners' open rows at ``at`` and opens new ones from ``at``:
 nothing is edited in place (the database allows only closing ``valid_to`` once). Changes to a
 GPU's ownership are recorded in time order: ``at`` may not precede any instant at which the
-GPU's ownership already changed. One audit entry per GPU records holdings before and after.
+GPU's ownership already changed. One audit entry per GPU records holdings before and after,
+and one ``ownership.changed`` webhook event per GPU is written in the same transaction.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from fleet.services._common import (
     require_instant,
     require_reason,
 )
+from webhooks.models import EventType
+from webhooks.outbox import Event, events_emit
 
 _TOTAL_CHECK = "fleet_ownership_total_at_most_10000_bps"
 
@@ -270,4 +273,44 @@ def _change(
             for gpu, before, after in events
         ],
     )
+    events_emit(
+        events=[
+            _changed_event(gpu, before, after, at=at, action=action)
+            for gpu, before, after in events
+        ]
+    )
     return created
+
+
+def _changed_event(
+    gpu: Gpu, before: Sequence[Ownership], after: Sequence[Ownership], *, at: datetime, action: str
+) -> Event:
+    """One GPU's change, for the owners whose share changed. Each owner's part (its share
+    before and after) reaches only partners granted that owner; the reason, which may name
+    the other party, is not sent."""
+    held_before = {row.owner_id: row.share_bps for row in before}
+    held_after = {row.owner_id: row.share_bps for row in after}
+    changed = sorted(
+        (
+            o
+            for o in held_before.keys() | held_after.keys()
+            if held_before.get(o, 0) != held_after.get(o, 0)
+        ),
+        key=str,
+    )
+    return Event(
+        type=EventType.OWNERSHIP_CHANGED,
+        owner_ids=changed,
+        data={
+            "gpu": {"id": gpu.pk, "serial": gpu.serial, "nvml_uuid": gpu.nvml_uuid},
+            "at": fmt(at),
+            "change": action.removeprefix("ownership."),
+        },
+        owner_data={
+            str(o): {
+                "share_bps_before": held_before.get(o, 0),
+                "share_bps_after": held_after.get(o, 0),
+            }
+            for o in changed
+        },
+    )

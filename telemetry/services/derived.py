@@ -44,6 +44,8 @@ import msgspec
 import psycopg
 from django.db import connection, transaction
 
+from telemetry.services.state_events import ISLANDS, gpu_state_events_emit
+
 LOOKAROUND = dt.timedelta(days=2)
 WINDOW = dt.timedelta(seconds=60)
 MJ_PER_KWH = 3_600_000_000
@@ -266,6 +268,7 @@ def derived_process(*, limit: int) -> DerivedResult:
         cursor.execute(_ISLANDS, params)
         cursor.execute(_TRANSITIONS_DELETE)
         cursor.execute(_TRANSITIONS_INSERT)
+        gpu_state_events_emit(cursor=cursor, scope=ISLANDS)
         cursor.execute(_HOURS_FROM_CLAIM)
         cursor.execute(_ROLLUPS, params)
         result.rollups = int(cursor.rowcount)

@@ -10,6 +10,7 @@ from django.db import connection, transaction
 
 from telemetry.services.derived import LOOKAROUND, WINDOW
 from telemetry.services.partitions import window_partitions_ahead, window_partitions_drop_before
+from telemetry.services.state_events import STALE_GPUS, gpu_state_events_emit
 
 
 def batches_needing_work(*, now: dt.datetime, older_than: dt.timedelta) -> int:
@@ -80,9 +81,13 @@ def nodes_mark_stale(*, now: dt.datetime) -> list[StaleNode]:
                  WHERE p.node_id = ANY(%(nodes)s::uuid[])
                    AND p.valid_from <= %(now)s AND (p.valid_to IS NULL OR p.valid_to > %(now)s)
                 ON CONFLICT (gpu_id, at) DO NOTHING
+                RETURNING gpu_id
                 """,
                 {"nodes": [s.node_id for s in stale], "now": now, "since": now - LOOKAROUND},
             )
+            gpus = [row[0] for row in cursor.fetchall()]
+            if gpus:
+                gpu_state_events_emit(cursor=cursor, scope=STALE_GPUS, params={"stale_gpus": gpus})
     return stale
 
 

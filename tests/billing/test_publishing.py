@@ -271,3 +271,35 @@ def test_late_telemetry_becomes_adjustments_in_the_next_open_period_once(world, 
     march_statements = Statement.objects.filter(period=march)
     assert sum(st.adjustments_total for st in march_statements) == total
     assert Period.objects.get(pk=world["period"].pk).status == Period.Status.CLOSED
+
+
+@pytest.mark.django_db
+def test_publishing_writes_one_webhook_event_with_the_api_basis_and_disclosure(world, oscar, olga):
+    import json
+
+    from api.serializers import BasisSerializer, statement_basis
+    from webhooks.models import WebhookEvent
+
+    period_close(period=world["period"], by=oscar)
+    statement = Statement.objects.get(owner=world["bob"])
+    statement_publish_request(statement=statement, by=oscar)
+    assert not WebhookEvent.objects.exists()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        statement_publish_approve(statement=statement, by=olga)
+        raise RuntimeError("rolled back")
+    assert not WebhookEvent.objects.exists()
+
+    published = statement_publish_approve(statement=statement, by=olga)
+    (event,) = WebhookEvent.objects.all()
+    assert (event.type, event.owner_ids, event.dedupe_key) == (
+        "statement.published",
+        [world["bob"].pk],
+        f"statement.published:{published.pk}",
+    )
+    data = event.data["statement"]
+    api_basis = json.loads(json.dumps(BasisSerializer(statement_basis(published)).data))
+    assert data["basis"] == api_basis
+    assert data["disclosure"]["version"] == published.disclosure_version
+    assert data["disclosure"]["text_sha256"] == published.disclosure_sha256
+    assert data["closing_balance"] == str(published.closing_balance)
+    assert data["owner_id"] == str(world["bob"].pk)

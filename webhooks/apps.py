@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WebhooksConfig(AppConfig):
+    name = "webhooks"
+    verbose_name = "Partner webhooks"
