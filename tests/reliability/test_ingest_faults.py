@@ -26,7 +26,15 @@ from django.utils import timezone
 from telemetry.models import IngestBatch
 from telemetry.services.processing import batches_process
 from telemetry.tasks import batches_sweep
-from telemetry.testing import BATCHES_PATH, batch_document, fleet_node, minute, signed_batch, window
+from telemetry.testing import (
+    BATCHES_PATH,
+    batch_document,
+    fleet_node,
+    minute,
+    signed_batch,
+    signed_headers,
+    window,
+)
 from tests.conftest import ROOT, database_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -94,11 +102,14 @@ def _post_like_an_agent(client, body, headers, *, attempts=5):
 def test_replaying_every_batch_three_times_loses_and_duplicates_nothing(celery_worker):
     node = fleet_node(gpus=8)
     documents, expected = make_documents(node, REPLAY_BATCHES)
-    signed = [signed_batch(node, d) for d in documents]
+    bodies = [(signed_batch(node, d)[0], d["batch_id"]) for d in documents]
     client = Client()
     statuses: dict[int, int] = {}
     for _round in range(3):
-        for body, headers in signed:
+        # Signed at send time, as the agent does: the same body bytes and key, a fresh
+        # timestamp (a round can outlast the ±300 s signature window on a loaded machine).
+        for body, batch_id in bodies:
+            headers = signed_headers(node_id=node.id, key=node.key, body=body, batch_id=batch_id)
             status = _post_like_an_agent(client, body, dict(headers))
             statuses[status] = statuses.get(status, 0) + 1
     # Each batch is accepted once; every replay gets the original answer.
