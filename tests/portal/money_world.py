@@ -2,8 +2,8 @@
 
 Cluster a has rate cards in EUR (alice) and USD (bob, who bought X on Nov 10), cluster b in
 USD: hosting 100.00 a GPU-month, power 0.20 per kWh at PUE 1.5, management 10 %. A1 is rented
-for November at 1.00 EUR per GPU-hour. October and September have published statements, written here as
-rows (the close is tested in tests/billing): alice's September closed at −10.00 EUR, which
+for November at 1.00 EUR per GPU-hour. October and September have published statements,
+written here as rows (the close is tested in tests/billing): alice's September closed at −10.00 EUR, which
 carries into October (lines 78.00: closing 68.00); bob's October closed at 500.00 USD. Alice
 was paid 50.00 EUR on Nov 5 (P-ALICE-1), bob 100.00 USD (P-BOB-1).
 
