@@ -3,9 +3,9 @@
 Cluster a has rate cards in EUR (alice) and USD (bob, who bought X on Nov 10), cluster b in
 USD: hosting 100.00 a GPU-month, power 0.20 per kWh at PUE 1.5, management 10 %. A1 is rented
 for November at 1.00 EUR per GPU-hour. October and September have published statements,
-written here as rows (the close is tested in tests/billing): alice's September closed at −10.00 EUR, which
-carries into October (lines 78.00: closing 68.00); bob's October closed at 500.00 USD. Alice
-was paid 50.00 EUR on Nov 5 (P-ALICE-1), bob 100.00 USD (P-BOB-1).
+written here as rows (the close is tested in tests/billing): alice's September closed at
+−10.00 EUR, which carries into October (lines 78.00: closing 68.00); bob's October closed at
+500.00 USD. Alice was paid 50.00 EUR on Nov 5 (P-ALICE-1), bob 100.00 USD (P-BOB-1).
 
 Alice's November so far, worked out by hand (492 hours from Nov 1 to Nov 21 12:00):
 * A1 is up 482 h (492 less 2 h down and 6 h silent without telemetry, less the 2 h of
