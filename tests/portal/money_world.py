@@ -45,7 +45,7 @@ class Money:
     bob_payout: Payout
 
 
-def _published(
+def published_statement(
     *,
     owner: Owner,
     period: Period,
@@ -127,7 +127,7 @@ def build(*, world: World, oscar: User, olga: User, alice_owner: Owner, bob_owne
         by=oscar,
     )
     september, october = (period_for_month(year=2026, month=m) for m in (9, 10))
-    alice_september = _published(
+    alice_september = published_statement(
         owner=alice_owner,
         period=september,
         opening="0.00",
@@ -135,7 +135,7 @@ def build(*, world: World, oscar: User, olga: User, alice_owner: Owner, bob_owne
         requested_by=oscar,
         approved_by=olga,
     )
-    alice_october = _published(
+    alice_october = published_statement(
         owner=alice_owner,
         period=october,
         opening="-10.00",
@@ -143,7 +143,7 @@ def build(*, world: World, oscar: User, olga: User, alice_owner: Owner, bob_owne
         requested_by=oscar,
         approved_by=olga,
     )
-    bob_october = _published(
+    bob_october = published_statement(
         owner=bob_owner,
         period=october,
         opening="0.00",
