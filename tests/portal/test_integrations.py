@@ -226,9 +226,7 @@ def test_a_bad_key_request_names_what_is_wrong_and_writes_nothing(world, alice, 
     assert not ApiKey.objects.exists()
 
 
-def test_owner_a_cannot_see_make_or_revoke_owner_bs_keys(
-    world, alice, bob, alice_owner, bob_owner
-):
+def test_owner_a_cannot_see_make_or_revoke_owner_bs_keys(world, alice, bob, alice_owner, bob_owner):
     bob_key, _ = accounts.api_key_create(
         name="bobs-key",
         scopes=["fleet:read"],
