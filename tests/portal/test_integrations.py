@@ -56,8 +56,8 @@ def test_an_admin_grants_a_partner_by_its_handle_and_it_reads_at_once(
     assert partner.get("/api/v1/gpus").json()["results"] == []
 
     client = _login(alice)
-    page = client.get(reverse("portal:partners"))
-    assert b"No partner has been granted access" in page.content
+    empty = client.get(reverse("portal:partners"))
+    assert b"No partner has been granted access" in empty.content
     response = client.post(
         reverse("portal:partners"),
         {"owner": str(alice_owner.pk), "handle": "carol-marketplace", "scopes": ["fleet:read"]},
@@ -176,7 +176,9 @@ def test_a_key_is_shown_once_works_on_the_api_and_stops_at_once_when_revoked(
     assert response["Cache-Control"].startswith("max-age=0")
     html = response.content.decode()
     key = ApiKey.objects.get()
-    token = re.search(r'<p class="token" id="token">([^<]+)</p>', html).group(1)
+    shown = re.search(r'<p class="token" id="token">([^<]+)</p>', html)
+    assert shown is not None
+    token = shown.group(1)
     assert token.startswith(f"stw_live_{key.prefix}_")
     assert key.secret_sha256 == accounts.api_key_hash(token)
     assert (key.owner, key.created_by, key.scopes, key.expires_at) == (
@@ -200,9 +202,9 @@ def test_a_key_is_shown_once_works_on_the_api_and_stops_at_once_when_revoked(
     assert "2026-11-21 12:00 UTC" in client.get(reverse("portal:api-keys")).content.decode()
 
     assert client.post(reverse("portal:api-key-revoke", args=[key.pk])).status_code == 302
-    response = api.get("/api/v1/gpus")
-    assert response.status_code == 401
-    assert response.json()["detail"] == "This API key was revoked."
+    refused = api.get("/api/v1/gpus")
+    assert refused.status_code == 401
+    assert refused.json()["detail"] == "This API key was revoked."
     assert AuditEntry.objects.filter(action="api_key.revoke", actor=alice).count() == 1
     assert "Revoked" in client.get(reverse("portal:api-keys")).content.decode()
 
