@@ -46,8 +46,8 @@ class PartnerMemberInline(admin.TabularInline[PartnerMember, Partner]):
 
 @admin.register(Partner)
 class PartnerAdmin(admin.ModelAdmin[Partner]):
-    list_display = ("name", "contact_email", "created_at")
-    search_fields = ("name", "contact_email")
+    list_display = ("name", "handle", "contact_email", "created_at")
+    search_fields = ("name", "handle", "contact_email")
     inlines: ClassVar = [PartnerMemberInline]
 
 

@@ -126,10 +126,19 @@ class Membership(models.Model):
 
 
 class Partner(models.Model):
-    """An integrating organisation (marketplace, accountant, reseller) reading granted data."""
+    """An integrating organisation (marketplace, accountant, reseller) reading granted data.
+
+    ``handle`` is public: a partner gives it to owners, who type it in the portal to grant
+    access (ids stay internal, and a name can be mistyped into a look-alike).
+    """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=200, unique=True)
+    handle = models.SlugField(
+        max_length=50,
+        unique=True,
+        help_text="Public identifier owners type to grant this partner access, e.g. carol-market.",
+    )
     contact_email = models.EmailField()
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 

@@ -12,6 +12,7 @@ from typing import Any, Self
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
+from django.utils.text import slugify
 from django_otp.models import Device
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
@@ -81,8 +82,12 @@ def membership_grant(*, user: User, owner: Owner, role: str) -> Membership:
 
 
 @transaction.atomic
-def partner_create(*, name: str, contact_email: str) -> Partner:
-    partner = Partner(name=name, contact_email=contact_email)
+def partner_create(*, name: str, contact_email: str, handle: str = "") -> Partner:
+    """A partner; its public ``handle`` defaults to its name as a slug."""
+    handle = (handle or slugify(name))[:50]
+    if Partner.objects.filter(handle=handle).exists():
+        raise ValidationError({"handle": f"The handle {handle} is taken; choose another."})
+    partner = Partner(name=name, contact_email=contact_email, handle=handle)
     partner.full_clean()
     partner.save()
     return partner

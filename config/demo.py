@@ -29,6 +29,7 @@ DEMO_PASSWORD = "steward-demo-2026"  # noqa: S105 - demo logins, printed on scre
 DEMO_TOTP_SECRET = "ON2GK53BOJSC2ZDFNVXS25DPORYC2MRQ"  # noqa: S105 - demo only, printed on screen
 DEMO_LOGINS = [
     ("operator", "oscar@steward.example"),
+    ("operator, billing officer", "olga@steward.example"),
     ("owner (Alice Compute Ltd)", "alice@owner.example"),
     ("owner (Bob Chen)", "bob@owner.example"),
     ("partner (Carol Marketplace)", "carol@partner.example"),
@@ -112,7 +113,8 @@ def _banner(port: int, agents: int) -> str:
         f"    ingest health      http://127.0.0.1:{port}/admin/telemetry/nodestatus/ingest-health/\n\n"
         f"  {agents} simulated GPU nodes (steward-agent --fake) send telemetry every minute.\n\n"
         f"  Logins (password for all: {DEMO_PASSWORD}):\n{logins}\n\n"
-        f"  The operator console asks oscar for a second factor. Authenticator secret:\n"
+        f"  The operator console asks oscar and olga for a second factor (publishing a\n"
+        f"  statement takes two operators; in the demo both use this authenticator secret):\n"
         f"    {DEMO_TOTP_SECRET}\n"
         f"    otpauth://totp/Steward:oscar%40steward.example?secret={DEMO_TOTP_SECRET}"
         f"&issuer=Steward&digits=6&period=30\n"

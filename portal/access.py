@@ -18,7 +18,8 @@ from django.db.models.expressions import RawSQL
 from django.http import Http404
 from django.utils import timezone
 
-from accounts.models import Membership, Owner, User
+from accounts.models import ApiKey, Membership, Owner, PartnerGrant, User
+from billing.models import Payout, Statement
 from fleet.models import Gpu, Incident, MaintenanceWindow, Ownership
 
 
@@ -34,6 +35,49 @@ def owners_of_user(*, user: User) -> QuerySet[Owner]:
 def holdings_for_user(*, user: User) -> QuerySet[Ownership]:
     """Every ownership row of the user's accounts, past and present."""
     return Ownership.objects.filter(owner_id__in=owner_ids_for_user(user=user))
+
+
+def owners_administered(*, user: User) -> QuerySet[Owner]:
+    """The owner accounts the user is an admin of: where they may grant partner access."""
+    ids = Membership.objects.filter(user_id=user.pk, role=Membership.Role.ADMIN).values("owner_id")
+    return Owner.objects.filter(pk__in=ids).order_by("legal_name")
+
+
+def partner_grants_for_user(*, user: User) -> QuerySet[PartnerGrant]:
+    """Every partner grant, live or revoked, on the user's owner accounts."""
+    return PartnerGrant.objects.filter(owner_id__in=owner_ids_for_user(user=user))
+
+
+def partner_grant_for_user(*, user: User, grant_id: int) -> PartnerGrant:
+    grant = partner_grants_for_user(user=user).select_related("owner").filter(pk=grant_id).first()
+    if grant is None:
+        raise Http404("No such partner grant.")
+    return grant
+
+
+def api_keys_for_user(*, user: User) -> QuerySet[ApiKey]:
+    """Personal API keys of the user's owner accounts that the user made, and for an admin of
+    an account, every key of that account (to revoke a colleague's)."""
+    return ApiKey.objects.filter(owner_id__in=owner_ids_for_user(user=user)).filter(
+        Q(created_by_id=user.pk) | Q(owner_id__in=owners_administered(user=user).values("pk"))
+    )
+
+
+def api_key_for_user(*, user: User, key_id: Any) -> ApiKey:
+    key = api_keys_for_user(user=user).filter(pk=key_id).first()
+    if key is None:
+        raise Http404("No such API key.")
+    return key
+
+
+def payouts_for_user(*, user: User) -> QuerySet[Payout]:
+    return Payout.objects.filter(owner_id__in=owner_ids_for_user(user=user))
+
+
+def published_statements_for_user(*, user: User) -> QuerySet[Statement]:
+    return Statement.objects.filter(
+        owner_id__in=owner_ids_for_user(user=user), status=Statement.Status.PUBLISHED
+    )
 
 
 def gpus_for_user(*, user: User, held_at: datetime | None = None) -> QuerySet[Gpu]:

@@ -1,6 +1,7 @@
 """Demo data: the people of the story. Idempotent, so `make demo` can run it every time.
 
-oscar operates, alice (a company) and bob (a person) own GPUs, carol integrates as a partner.
+oscar operates (olga too: a billing officer, the second pair of eyes for publishing),
+alice (a company) and bob (a person) own GPUs, carol integrates as a partner.
 The fleet: one site with two clusters of four nodes, eight GPUs each; alice owns sixteen GPUs
 whole, bob half of eight others; alice sold two of hers to bob in the past; one maintenance
 window is announced and one incident happened. Later parts of the product add their own demo
@@ -48,12 +49,18 @@ def demo_otpauth_uri() -> str:
     )
 
 
-def _user(email: str, password: str, full_name: str, *, staff: bool = False) -> User:
+def _user(
+    email: str, password: str, full_name: str, *, staff: bool = False, superuser: bool | None = None
+) -> User:
     existing = User.objects.filter(email__iexact=email).first()
     if existing is not None:
         return existing
     return accounts.user_create(
-        email=email, password=password, full_name=full_name, is_staff=staff, is_superuser=staff
+        email=email,
+        password=password,
+        full_name=full_name,
+        is_staff=staff,
+        is_superuser=staff if superuser is None else superuser,
     )
 
 
@@ -99,11 +106,15 @@ def seed_demo(*, password: str) -> dict[str, object]:
     )
     accounts.partner_member_add(user=carol, partner=partner)
 
-    access.operator_groups_sync()
+    groups = access.operator_groups_sync()
+    # A second operator: publishing a statement takes one to request and another to approve.
+    olga = _user("olga@steward.example", password, "Olga Officer", staff=True, superuser=False)
+    olga.groups.add(groups[access.BILLING_OFFICERS], groups[access.READ_ONLY_OPERATORS])
     # Owners must acknowledge the current risk disclosure before they see earnings.
     accounts.disclosure_standard_ensure()
-    if not TOTPDevice.objects.filter(user=oscar, confirmed=True).exists():
-        accounts.totp_device_provision(user=oscar, key_hex=DEMO_TOTP_KEY_HEX, by=None)
+    for operator in (oscar, olga):
+        if not TOTPDevice.objects.filter(user=operator, confirmed=True).exists():
+            accounts.totp_device_provision(user=operator, key_hex=DEMO_TOTP_KEY_HEX, by=None)
     gpus = _fleet(operator=oscar, alice=alice_co, bob=bob_owner)
     return {
         "operator": oscar,

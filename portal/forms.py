@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth.forms import PasswordResetForm
 
+from accounts.models import ApiScope, Partner
 from fleet.models import LifecycleState
 from portal.models import GPU_DOWN_MINUTES_MAX, GPU_DOWN_MINUTES_MIN, NotificationPreference
 from portal.selectors import SORTS
@@ -139,3 +140,70 @@ class DisclosureAcknowledgementForm(forms.Form):
         ),
         error_messages={"required": "Tick the box to confirm you have read the disclosure."},
     )
+
+
+def _scope_choices(*, personal: bool) -> list[tuple[str, str]]:
+    # Webhook endpoints belong to partners: a personal key has no use for that scope.
+    return [
+        (value, f"{value} — {label}")
+        for value, label in ApiScope.choices
+        if not (personal and value == ApiScope.WEBHOOKS_MANAGE)
+    ]
+
+
+class PartnerGrantForm(forms.Form):
+    """An owner admin lets a partner, named by its public handle, read within scopes."""
+
+    owner = forms.ChoiceField(label="Owner account")
+    handle = forms.SlugField(
+        label="Partner handle",
+        max_length=50,
+        help_text="The partner gives you its handle, for example carol-marketplace.",
+    )
+    scopes = forms.MultipleChoiceField(
+        label="What the partner may read",
+        widget=forms.CheckboxSelectMultiple,
+        choices=_scope_choices(personal=False),
+        error_messages={"required": "Choose at least one scope."},
+    )
+
+    def __init__(self, data: Any, *, owners: list[tuple[str, str]]) -> None:
+        super().__init__(data)
+        self.fields["owner"].choices = owners  # type: ignore[attr-defined]
+
+    def clean_handle(self) -> Partner:
+        handle = self.cleaned_data["handle"]
+        partner = Partner.objects.filter(handle=handle).first()
+        if partner is None:
+            raise forms.ValidationError(
+                f"No partner has the handle “{handle}”. Check it with them."
+            )
+        return partner
+
+
+API_KEY_LIFETIMES = (7, 30, 90, 180, 365)
+
+
+class ApiKeyForm(forms.Form):
+    name = forms.CharField(
+        label="Name",
+        max_length=100,
+        help_text="What the key is for, so you can tell it apart later.",
+    )
+    owner = forms.ChoiceField(label="Owner account the key reads")
+    scopes = forms.MultipleChoiceField(
+        label="What the key may read",
+        widget=forms.CheckboxSelectMultiple,
+        choices=_scope_choices(personal=True),
+        error_messages={"required": "Choose at least one scope."},
+    )
+    expires_in_days = forms.TypedChoiceField(
+        label="Expires after",
+        coerce=int,
+        choices=[(d, f"{d} days") for d in API_KEY_LIFETIMES],
+        initial=90,
+    )
+
+    def __init__(self, data: Any, *, owners: list[tuple[str, str]]) -> None:
+        super().__init__(data)
+        self.fields["owner"].choices = owners  # type: ignore[attr-defined]

@@ -49,6 +49,14 @@ def fmt_decimal(value: Decimal | float | None, places: int = 1) -> str:
     return str(Decimal(str(value)).quantize(quantum, rounding=ROUND_HALF_EVEN))
 
 
+def fmt_money(amount: Decimal, currency: str) -> str:
+    """An amount with its currency code, grouped, to the cent: "1,234.56 EUR", "−3.10 USD"
+    (a true minus sign). ``portal.wording.MONEY`` finds amounts written this way."""
+    cents = amount.quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
+    sign = "−" if cents < 0 else ""
+    return f"{sign}{abs(cents):,.2f} {currency}"
+
+
 def csv_value(value: Any) -> str:
     """Raw values for spreadsheets: ISO instants, plain decimals, empty for none."""
     if value is None:
@@ -113,6 +121,7 @@ class Table:
     empty: str = "Nothing to show."
     export_rows: Iterable[Any] | None = None  # every row, when ``rows`` is one page
     export_query: str = field(default="")
+    basis_id: str = ""  # money in it: the id of the element stating the figures' basis
 
     def body(self) -> list[list[Cell]]:
         return [[column.cell(row) for column in self.columns] for row in self.rows]

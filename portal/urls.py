@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.views import account, auth, disclosure, events, fleet
+from portal.views import account, auth, disclosure, events, fleet, integrations, money
 
 app_name = "portal"
 
@@ -12,7 +12,20 @@ urlpatterns = [
     path("incidents/<int:incident_id>/", events.incident, name="incident"),
     path("maintenance/", events.maintenance, name="maintenance"),
     path("maintenance/<int:window_id>/", events.maintenance_window, name="maintenance-window"),
+    path("payouts/", money.payouts, name="payouts"),
     path("disclosure/", disclosure.disclosure, name="disclosure"),
+    path("settings/partners/", integrations.partners, name="partners"),
+    path(
+        "settings/partners/<int:grant_id>/revoke/",
+        integrations.partner_revoke,
+        name="partner-revoke",
+    ),
+    path("settings/api-keys/", integrations.api_keys, name="api-keys"),
+    path(
+        "settings/api-keys/<uuid:key_id>/revoke/",
+        integrations.api_key_revoke,
+        name="api-key-revoke",
+    ),
     path("settings/notifications/", account.notification_settings, name="notifications"),
     path("settings/security/", account.security, name="security"),
     path("settings/security/2fa/enrol/", account.two_factor_enrol, name="2fa-enrol"),

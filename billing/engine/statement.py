@@ -217,14 +217,26 @@ def gpu_lines(
     pool_cents: Decimal,
     pool_basis: PoolBasis,
     rates: Sequence[RateTerms],
+    period_seconds: int | None = None,
 ) -> ClusterResult:
     """One GPU's lines, given its part of the cluster's pool (``pool_split``).
 
     ``cluster_lines`` is this for every GPU after the split; a statement's frozen inputs
     hold each GPU's pool part, so one owner's lines can be recomputed without the cluster.
+    ``period_seconds`` is the length of the whole period the hosting fee is pro-rated over
+    when ``period`` is only its part so far (a preliminary, period-to-date draft); by default
+    the period is whole.
     """
     with money_context():
-        return _gpu_lines(period, gpu, pool_cents, pool_basis, rates, gpu.timeline.measure(period))
+        return _gpu_lines(
+            period,
+            gpu,
+            pool_cents,
+            pool_basis,
+            rates,
+            gpu.timeline.measure(period),
+            period_seconds,
+        )
 
 
 def _gpu_lines(
@@ -234,8 +246,9 @@ def _gpu_lines(
     pool_basis: PoolBasis,
     rates: Sequence[RateTerms],
     whole: Measure,
+    period_seconds: int | None = None,
 ) -> ClusterResult:
-    period_s = Fraction(int((period.end - period.start).total_seconds()))
+    period_s = Fraction(period_seconds or int((period.end - period.start).total_seconds()))
     runs = _owner_runs(gpu.ownership, period)
     rental_cents = round_cents(_decimal(_rental_exact(gpu, period)))
     gpu_total = pool_cents + rental_cents

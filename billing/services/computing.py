@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Sum
+from django.db.models import Exists, OuterRef, Q, Sum
 
 from accounts.models import Disclosure, Owner
 from billing.engine.cells import CellUsage
@@ -40,7 +41,7 @@ from billing.selectors.facts import (
     rate_terms,
 )
 from billing.selectors.usage import cells_load_many
-from fleet.models import Cluster, Placement
+from fleet.models import Cluster, Ownership, Placement
 
 StatementKey = tuple[str, str]  # (owner id, currency)
 
@@ -56,15 +57,21 @@ class Draft:
     sha256: str = ""
 
 
-def _clusters_in(period: Period) -> list[uuid.UUID]:
-    from django.db.models import Q
-
+def _clusters_in(window: Interval, owner_ids: Collection[str] | None = None) -> list[uuid.UUID]:
+    """Clusters with a GPU placed in them during ``window``; with ``owner_ids``, only those
+    where one of these owners held a share of such a GPU during the window."""
+    placed = Placement.objects.filter(valid_from__lt=window.end).filter(
+        Q(valid_to__isnull=True) | Q(valid_to__gt=window.start)
+    )
+    if owner_ids is not None:
+        held = Ownership.objects.filter(
+            gpu_id=OuterRef("gpu_id"),
+            owner_id__in=list(owner_ids),
+            valid_from__lt=window.end,
+        ).filter(Q(valid_to__isnull=True) | Q(valid_to__gt=window.start))
+        placed = placed.filter(Exists(held))
     return list(
-        Placement.objects.filter(valid_from__lt=period.end)
-        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=period.start))
-        .values_list("node__cluster_id", flat=True)
-        .distinct()
-        .order_by("node__cluster_id")
+        placed.values_list("node__cluster_id", flat=True).distinct().order_by("node__cluster_id")
     )
 
 
@@ -82,12 +89,11 @@ class _ClusterFacts:
     cuts: set[datetime]
 
 
-def _cluster_facts(period: Period, cluster_id: uuid.UUID) -> _ClusterFacts | None:
-    window = Interval(period.start, period.end)
-    ids = cluster_gpu_ids(cluster_id=cluster_id, start=period.start, end=period.end)
+def _cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> _ClusterFacts | None:
+    ids = cluster_gpu_ids(cluster_id=cluster_id, start=window.start, end=window.end)
     if not ids:
         return None
-    facts = gpu_facts(gpu_ids=ids, start=period.start, end=period.end, cluster_id=cluster_id)
+    facts = gpu_facts(gpu_ids=ids, start=window.start, end=window.end, cluster_id=cluster_id)
     holders = {owner for f in facts for owner in f.owner_ids()}
     currency_of = {
         str(pk): currency
@@ -96,7 +102,7 @@ def _cluster_facts(period: Period, cluster_id: uuid.UUID) -> _ClusterFacts | Non
         )
     }
     pools = dict(
-        PoolRevenue.objects.filter(cluster_id=cluster_id, period=period)
+        PoolRevenue.objects.filter(cluster_id=cluster_id, period_id=period.pk)
         .values_list("currency")
         .annotate(total=Sum("amount"))
         .order_by()
@@ -123,7 +129,7 @@ def _cluster_facts(period: Period, cluster_id: uuid.UUID) -> _ClusterFacts | Non
 
     currencies = sorted(set(currency_of.values()))
     terms = {
-        c: rate_terms(cluster_id=cluster_id, currency=c, start=period.start, end=period.end)
+        c: rate_terms(cluster_id=cluster_id, currency=c, start=window.start, end=window.end)
         for c in currencies
     }
     cuts = set().union(*(rate_boundaries(t, window) for t in terms.values())) if terms else set()
@@ -132,11 +138,12 @@ def _cluster_facts(period: Period, cluster_id: uuid.UUID) -> _ClusterFacts | Non
 
 def _cluster_lines(
     period: Period,
+    window: Interval,
     prepared: _ClusterFacts,
     usage: dict[uuid.UUID, CellUsage],
     drafts: dict[StatementKey, Draft],
 ) -> None:
-    window = Interval(period.start, period.end)
+    period_seconds = int((period.end - period.start).total_seconds())
     cluster, facts, currency_of = prepared.cluster, prepared.facts, prepared.currency_of
     cluster_id, basis, terms = cluster.pk, prepared.basis, prepared.terms
     for currency in prepared.currencies:
@@ -174,6 +181,7 @@ def _cluster_lines(
                     pool_cents=parts[gpu.key],
                     pool_basis=basis,
                     rates=terms[currency],
+                    period_seconds=period_seconds,
                 )
             except ValueError as exc:
                 raise ValidationError(
@@ -198,21 +206,38 @@ def _cluster_lines(
                 drafts[owner, currency].gpus.append(frozen_gpu)
 
 
-def statements_compute(*, period: Period, disclosure: Disclosure) -> dict[StatementKey, Draft]:
-    """Every statement the period should have, with frozen inputs, content and hash."""
+def statements_compute(
+    *,
+    period: Period,
+    disclosure: Disclosure,
+    owner_ids: Collection[str] | None = None,
+    until: datetime | None = None,
+) -> dict[StatementKey, Draft]:
+    """Every statement the period should have, with frozen inputs, content and hash.
+
+    Writes nothing. ``owner_ids`` limits the work to the clusters where these owners held
+    GPUs and the result to their statements (each cluster is still computed whole, so a pool
+    is split over all its GPUs). ``until`` computes the period only up to that instant — a
+    preliminary, period-to-date draft: figures so far, the hosting fee still pro-rated over
+    the whole period's seconds; its content is not a statement's and is never stored.
+    ``period`` may be unsaved (a month no one has opened yet: no pool, no adjustments).
+    """
+    window = Interval(period.start, period.end if until is None else min(until, period.end))
     drafts: dict[StatementKey, Draft] = {}
     prepared = [
-        p for p in (_cluster_facts(period, c) for c in _clusters_in(period)) if p is not None
+        p
+        for p in (_cluster_facts(period, window, c) for c in _clusters_in(window, owner_ids))
+        if p is not None
     ]
     # One pass over the rollups for every cluster (per cluster, each would scan them again).
     usages = cells_load_many(
         groups=[(p.facts, {f.gpu_id: p.cuts for f in p.facts}) for p in prepared]
     )
     for p, usage in zip(prepared, usages, strict=True):
-        _cluster_lines(period, p, usage, drafts)
+        _cluster_lines(period, window, p, usage, drafts)
 
     adjustments: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
-    for adj in Adjustment.objects.filter(period=period).order_by("created_at", "id"):
+    for adj in Adjustment.objects.filter(period_id=period.pk).order_by("created_at", "id"):
         adjustments[str(adj.owner_id), adj.currency].append(
             {
                 "id": adj.pk,
@@ -227,7 +252,7 @@ def statements_compute(*, period: Period, disclosure: Disclosure) -> dict[Statem
         )
     payouts: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
     for payout in Payout.objects.filter(
-        paid_on__gte=period.start.date(), paid_on__lt=period.end.date()
+        paid_on__gte=window.start.date(), paid_on__lt=window.end.date()
     ).order_by("paid_on", "reference"):
         payouts[str(payout.owner_id), payout.currency].append(
             {
@@ -248,13 +273,17 @@ def statements_compute(*, period: Period, disclosure: Disclosure) -> dict[Statem
 
     keys = set(drafts) | set(adjustments) | set(payouts)
     keys |= {k for k, (balance, _) in openings.items() if balance != 0}
+    if owner_ids is not None:
+        wanted = set(owner_ids)
+        keys = {k for k in keys if k[0] in wanted}
+        drafts = {k: d for k, d in drafts.items() if k[0] in wanted}
     for key in sorted(keys):
         draft = drafts.setdefault(key, Draft(owner_id=key[0], currency=key[1]))
         opening, opened_from = openings.get(key, (Decimal("0.00"), None))
         draft.frozen = {
             "owner_id": key[0],
             "currency": key[1],
-            "period": [iso(period.start), iso(period.end)],
+            "period": [iso(window.start), iso(window.end)],
             "disclosure": {"version": disclosure.version, "sha256": disclosure.text_sha256},
             "opening_balance": str(opening),
             "opening_from_statement": opened_from,

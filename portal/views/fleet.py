@@ -32,7 +32,15 @@ from portal.tables import (
     fmt_when,
     with_export_links,
 )
-from portal.views.common import now, owner_view, period_choices, period_of, the_user
+from portal.views import money
+from portal.views.common import (
+    disclosure_is_acknowledged,
+    now,
+    owner_view,
+    period_choices,
+    period_of,
+    the_user,
+)
 from portal.views.events import incident_table, maintenance_table
 from telemetry.models import GpuState
 
@@ -74,11 +82,22 @@ def overview(request: HttpRequest) -> HttpResponseBase:
         maintenance_table(data.upcoming_maintenance, caption="Upcoming maintenance"),
     ]
     owners: list[Owner] = list(owners_of_user(user=user))
+    # Earnings only behind the acknowledged disclosure (the rule of ``earnings_view``); the
+    # rest of the page is for every owner.
+    earnings_shown = bool(owners) and disclosure_is_acknowledged(user)
     context = {
         "owners": owners,
         "data": data,
         "period_form": PeriodForm({"period": period.key}, periods=period_choices(at)),
         "figures": _figure_cards(data.figures),
+        "earnings_shown": earnings_shown,
+        "earnings": money.earnings_blocks(
+            owners=owners,
+            periods=money.overview_periods(running=selectors.month_period(now=at), selected=period),
+            at=at,
+        )
+        if earnings_shown
+        else [],
     }
     return _page(request, "portal/overview.html", context, tables)
 

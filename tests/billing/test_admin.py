@@ -121,3 +121,41 @@ def test_a_read_only_operator_can_neither_close_nor_publish(closed_world, oscar)
     statement = Statement.objects.get()
     _action(reader, "/admin/billing/statement/", "request_publish", [statement.pk])
     assert Statement.objects.get().status == Statement.Status.DRAFT
+
+
+def test_two_billing_officers_close_and_publish_and_enter_payouts(closed_world, oscar):
+    """Neither is a superuser: the billing group gives them closing, publishing and money
+    entry; a read-only operator of the same console gets none of it."""
+    from fleet.services import access
+
+    groups = access.operator_groups_sync()
+    officers = []
+    for email in ("bea@steward.example", "ben@steward.example"):
+        user = accounts.user_create(email=email, password=PASSWORD, is_staff=True)
+        user.groups.add(groups[access.BILLING_OFFICERS])
+        officers.append(user)
+    bea, ben = officers
+    assert bea.has_perms(["billing.close_period", "billing.publish_statement"])
+    assert bea.has_perms(["billing.add_payout", "billing.add_ratecard", "billing.view_statement"])
+    assert not bea.has_perm("billing.change_statement")
+    reader = accounts.user_create(email="rob@steward.example", password=PASSWORD, is_staff=True)
+    reader.groups.add(groups[access.READ_ONLY_OPERATORS])
+    assert not reader.has_perm("billing.close_period")
+    assert not reader.has_perm("billing.publish_statement")
+
+    first, second = console_login(Client(), bea), console_login(Client(), ben)
+    period = closed_world["period"]
+    _action(first, "/admin/billing/period/", "close", [period.pk])
+    assert Period.objects.get(pk=period.pk).status == Period.Status.CLOSING
+    statement = Statement.objects.get()
+    _action(first, "/admin/billing/statement/", "request_publish", [statement.pk])
+    _action(second, "/admin/billing/statement/", "approve_publish", [statement.pk])
+    published = Statement.objects.get()
+    assert (published.status, published.requested_by, published.approved_by) == (
+        Statement.Status.PUBLISHED,
+        bea,
+        ben,
+    )
+    _action(first, "/admin/billing/period/", "finish", [period.pk])
+    assert Period.objects.get(pk=period.pk).status == Period.Status.CLOSED
+    assert first.get("/admin/billing/payout/add/").status_code == 200

@@ -112,3 +112,59 @@ def test_an_owner_sets_up_two_factor_in_the_browser(page, screenshot, bob_owner,
     screenshot(page, "password-reset")
     axe_check(page, "password reset")
     assert page.problems == []
+
+
+def test_an_owner_acknowledges_the_disclosure_and_manages_money_and_access(
+    page, screenshot, oscar, alice_owner, bob_owner, alice, bob, carol_partner
+):
+    """Earnings on the overview after the disclosure, payouts and balance, granting a partner
+    and making an API key — each page checked by axe-core and kept as a screenshot."""
+    from accounts import services as accounts
+    from tests.portal import money_world
+
+    world = build_world(oscar, alice_owner, bob_owner)
+    olga = accounts.user_create(email="olga@steward.example", password=PASSWORD, is_staff=True)
+    money_world.build(
+        world=world, oscar=oscar, olga=olga, alice_owner=alice_owner, bob_owner=bob_owner
+    )
+    accounts.disclosure_standard_ensure()
+    page.goto("/login/")
+    page.get_by_label("Email").fill(alice.email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("heading", name="Fleet overview").wait_for()
+    assert page.get_by_role("link", name="Read the risk disclosure").is_visible()
+    axe_check(page, "overview before the disclosure")
+    page.get_by_role("link", name="Read the risk disclosure").click()
+    page.get_by_label("I have read this disclosure").check()
+    page.get_by_role("button", name="Acknowledge").click()
+    page.get_by_role("heading", name="Fleet overview").wait_for()
+    assert page.locator(".badge-preliminary").first.is_visible()
+    screenshot(page, "overview-earnings")
+    axe_check(page, "overview with earnings")
+
+    page.get_by_role("link", name="Payouts", exact=True).click()
+    page.get_by_role("heading", name="Payouts and balance").wait_for()
+    assert page.get_by_role("table", name="Balance by owner account and currency").is_visible()
+    screenshot(page, "payouts")
+    axe_check(page, "payouts")
+
+    page.get_by_role("link", name="Partner access").click()
+    page.get_by_role("heading", name="Partner access", exact=True).wait_for()
+    page.get_by_label("Partner handle").fill("carol-marketplace")
+    page.get_by_label("fleet:read", exact=False).check()
+    page.get_by_role("button", name="Grant access").click()
+    assert "can now read Alice Compute Ltd" in page.locator(".messages").inner_text()
+    assert page.locator("tbody tr", has_text="carol-marketplace").count() == 1
+    screenshot(page, "partners")
+    axe_check(page, "partner access")
+
+    page.get_by_role("link", name="API keys").click()
+    page.get_by_role("heading", name="API keys", exact=True).wait_for()
+    page.get_by_label("Name").fill("spreadsheet")
+    page.get_by_label("statements:read", exact=False).check()
+    page.get_by_role("button", name="Create key").click()
+    assert page.locator("#token").inner_text().startswith("stw_live_")
+    screenshot(page, "api-keys")
+    axe_check(page, "API keys")
+    assert page.problems == []

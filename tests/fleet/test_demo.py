@@ -43,3 +43,29 @@ def test_demo_fleet_is_seeded_once_with_whole_and_fractional_owners(client):
     assert response.status_code == 302
     assert client.get("/admin/fleet/gpu/").status_code == 200
     assert f"secret={DEMO_TOTP_SECRET}" in demo_otpauth_uri()
+
+
+def test_the_demo_has_two_operators_who_can_close_and_publish(client):
+    """Publishing takes one operator to request and another to approve: the demo's second
+    operator, olga, is a billing officer (not a superuser) with the same demo authenticator."""
+    from accounts.models import User
+
+    seed_demo(password="demo-password-123")
+    oscar = User.objects.get(email="oscar@steward.example")
+    olga = User.objects.get(email="olga@steward.example")
+    for operator in (oscar, olga):
+        assert operator.is_staff
+        assert operator.has_perms(["billing.close_period", "billing.publish_statement"])
+    assert not olga.is_superuser
+    assert not olga.has_perm("fleet.transfer_ownership")
+    response = client.post(
+        "/admin/login/",
+        {
+            "username": "olga@steward.example",
+            "password": "demo-password-123",
+            "otp_token": demo_totp_code(),
+        },
+    )
+    assert response.status_code == 302
+    assert client.get("/admin/billing/statement/").status_code == 200
+    assert client.get("/admin/billing/period/").status_code == 200

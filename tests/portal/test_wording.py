@@ -17,17 +17,22 @@ from django.urls import URLPattern, URLResolver, resolve, reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from accounts.models import User
-from fleet.models import IncidentCause, MaintenanceWindow
+from accounts import services as accounts
+from accounts.models import ApiKey, Owner, Partner, PartnerGrant, User
+from billing.services.ledger import payout_record
+from billing.services.periods import period_for_month
+from billing.services.revenue import rate_card_create, rental_create
+from fleet.models import Cluster, Gpu, IncidentCause, MaintenanceWindow
 from fleet.services import operations
 from portal import urls as portal_urls
 from portal.access import gpus_for_user
 from portal.demo import seed_demo
 from portal.models import UserSession
-from portal.wording import forbidden_wording
+from portal.wording import earnings_basis_check, forbidden_wording
 from telemetry.models import GpuStateTransition, HourlyRollup
 from tests.accounts.two_factor import give_authenticator
 from tests.conftest import PASSWORD
+from tests.portal.money_world import published_statement
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +83,54 @@ def test_the_checker_reads_labels_but_not_scripts():
     assert forbidden_wording("<script>var forecast = 1;</script><p>ok</p>") == []
 
 
+BASIS = (
+    "Preliminary. Period: November 2026, from 2026-11-01 00:00 UTC. Gross is your share of "
+    "revenue; net is gross minus the hosting fee, power cost and management fee. Results are "
+    "not guaranteed and can be zero."
+)
+
+
+def test_the_basis_check_counts_amounts_next_to_a_complete_basis():
+    page = (
+        f'<dl data-basis="b"><dd>1,234.56 EUR</dd><dd>−3.10 EUR</dd></dl><p id="b">{BASIS}</p>'
+        '<div data-basis="b"><table><tr><td>7.00 USD</td></tr></table></div><p>3 GPUs, 97.34 %</p>'
+    )
+    check = earnings_basis_check(page)
+    assert (check.figures, check.findings) == (3, [])
+
+
+@pytest.mark.parametrize(
+    ("page", "rule"),
+    [
+        ("<p>Net 12.00 EUR</p>", "earnings figure without basis"),
+        ('<p data-basis="nope">12.00 EUR</p>', "basis missing"),
+        (
+            f'<p data-basis="b">12.00 EUR</p><p id="b">{BASIS.replace("not guaranteed", "")}</p>',
+            "basis lacks not guaranteed",
+        ),
+        (
+            f'<p data-basis="b">1.00 EUR</p><p id="b">{BASIS.replace("Preliminary", "Draft")}</p>',
+            "basis lacks final or preliminary",
+        ),
+        (
+            f'<p data-basis="b">1.00 EUR</p><p id="b">{BASIS.replace("power", "")}</p>',
+            "basis lacks costs included",
+        ),
+        (
+            f'<p data-basis="b">1.00 EUR</p><p id="b">'
+            f"{BASIS.replace('November 2026', 'this month').replace('2026-11-01', 'today')}</p>",
+            "basis lacks period",
+        ),
+        (
+            "<script>var x = '1.00 EUR';</script><div>2.00 EUR</div>",
+            "earnings figure without basis",
+        ),
+    ],
+)
+def test_the_basis_check_finds_amounts_without_their_basis(page, rule):
+    assert [f.rule for f in earnings_basis_check(page).findings] == [rule]
+
+
 def _patterns(entries, prefix=""):
     for entry in entries:
         if isinstance(entry, URLResolver):
@@ -121,7 +174,70 @@ def demo(oscar):
         by=oscar,
         notes_for_owners="The card was drained and tested.",
     )
+    _money(alice=alice, gpu=gpu, now=now, oscar=oscar)
     return alice, gpu, incident
+
+
+def _money(*, alice: User, gpu: Gpu, now: dt.datetime, oscar: User) -> None:
+    """Earnings to show: rate cards on every demo cluster, the GPU rented since last month
+    (only alice ever held it), last month's statement published, a payout; and a partner
+    grant and a personal key for the settings pages."""
+    owner = Owner.objects.get(legal_name="Alice Compute Ltd")
+    olga = User.objects.get(email="olga@steward.example")
+    start = now.replace(day=1, hour=0) - dt.timedelta(days=1)
+    last_month = period_for_month(year=start.year, month=start.month)
+    for cluster in Cluster.objects.all():
+        for currency in ("EUR", "USD"):
+            rate_card_create(
+                cluster=cluster,
+                currency=currency,
+                effective_from=last_month.start - dt.timedelta(days=400),
+                effective_to=None,
+                hosting_fee_per_gpu_month=Decimal("90.00"),
+                price_per_kwh=Decimal("0.21"),
+                pue=Decimal("1.3"),
+                management_fee_pct=Decimal("12"),
+                waive_hosting_in_operator_incidents=False,
+                by=oscar,
+            )
+    rental_create(
+        cluster=gpu.placements.order_by("-valid_from")[0].node.cluster,
+        gpus=[gpu],
+        starts_at=last_month.start,
+        ends_at=now + dt.timedelta(days=40),
+        rate_per_gpu_hour=Decimal("1.85"),
+        currency="EUR",
+        customer_reference="R-1",
+        by=oscar,
+    )
+    published_statement(
+        owner=owner,
+        period=last_month,
+        opening="0.00",
+        lines=[(gpu, "1200.00", "90.00", "150.00", "144.00")],
+        requested_by=oscar,
+        approved_by=olga,
+    )
+    payout_record(
+        owner=owner,
+        currency="EUR",
+        amount=Decimal("500.00"),
+        paid_on=now.date(),
+        reference="P-1",
+        by=oscar,
+    )
+    partner = Partner.objects.get(name="Carol Marketplace")
+    accounts.partner_grant_create(owner=owner, partner=partner, scopes=["fleet:read"], by=alice)
+    accounts.api_key_create(
+        name="books",
+        scopes=["statements:read"],
+        expires_at=now + dt.timedelta(days=30),
+        by=alice,
+        owner=owner,
+    )
+    accounts.disclosure_acknowledge(
+        user=alice, disclosure=accounts.disclosure_standard_ensure(), ip=None, user_agent=""
+    )
 
 
 def test_every_portal_page_keeps_the_wording_rule(demo):
@@ -135,7 +251,12 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
         "session_id": UserSession.objects.get(user=alice).pk,
         "uidb64": urlsafe_base64_encode(force_bytes(alice.pk)),
         "token": default_token_generator.make_token(alice),
+        "grant_id": PartnerGrant.objects.get(owner__memberships__user=alice).pk,
+        "key_id": ApiKey.objects.get(created_by=alice).pk,
     }
+    # Every amount of money an owner page shows must sit next to its basis; pages that show
+    # earnings must be found showing some, so the check cannot pass by missing them.
+    figures: dict[str, int] = {}
     # Someone between password and code, so the second step renders too.
     bob = User.objects.get(email="bob@owner.example")
     give_authenticator(bob)
@@ -159,6 +280,10 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
                     rendered[pattern.name] = rendered.get(pattern.name, 0) + 1
                 findings = forbidden_wording(response.content.decode())
                 assert findings == [], f"{who} {url}: {[str(f) for f in findings]}"
+                basis = earnings_basis_check(response.content.decode())
+                assert basis.findings == [], f"{who} {url}: {[str(f) for f in basis.findings]}"
+                if who == "owner":
+                    figures[pattern.name] = figures.get(pattern.name, 0) + basis.figures
             # The CSV exports carry the same words as the tables.
             if who == "owner" and response.status_code == 200 and b"export=" in response.content:
                 export = client.get(url, {"export": "gpus"})
@@ -172,4 +297,10 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
         "recovery-codes",
         "session-revoke",
         "sessions-revoke-others",
+        "partner-revoke",
+        "api-key-revoke",
     }
+    # The overview: this month so far, five figures for alice's one account; the payouts
+    # page: the balance (3 amounts), the payout, last month's statement (5).
+    assert figures["home"] == 5
+    assert figures["payouts"] == 3 + 1 + 5

@@ -4,7 +4,7 @@ from fleet.services.access import operator_groups_sync
 
 
 class Command(BaseCommand):
-    help = "Create or reset the operator groups (read-only, fleet, ownership). Idempotent."
+    help = "Create or reset the operator groups (read-only, fleet, ownership, billing). Idempotent."
 
     def handle(self, *args: object, **options: object) -> None:
         groups = operator_groups_sync()
