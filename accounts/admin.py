@@ -1,10 +1,28 @@
-from typing import ClassVar
+from datetime import timedelta
+from typing import Any, ClassVar
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
-from django.http import HttpRequest
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.decorators import method_decorator
+from django.views.decorators.cache import never_cache
 
-from accounts.models import AuditEntry, Membership, Owner, Partner, PartnerMember, User
+from accounts import services
+from accounts.models import (
+    ApiKey,
+    ApiScope,
+    AuditEntry,
+    Membership,
+    Owner,
+    Partner,
+    PartnerMember,
+    User,
+)
 
 
 @admin.register(User)
@@ -83,3 +101,104 @@ class AuditEntryAdmin(admin.ModelAdmin[AuditEntry]):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+class PartnerKeyForm(forms.Form):
+    partner = forms.ModelChoiceField(queryset=Partner.objects.order_by("name"))
+    name = forms.CharField(max_length=100, help_text="Tells this key apart, e.g. 'billing sync'.")
+    scopes = forms.MultipleChoiceField(
+        choices=ApiScope.choices, widget=forms.CheckboxSelectMultiple
+    )
+    lifetime_days = forms.IntegerField(
+        min_value=1, max_value=366, initial=90, help_text="The key stops working after this."
+    )
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
+    """Partner and personal API keys. Operators make partner keys here (the token is shown
+    once, on the page that made it); nothing is edited, a key is only revoked."""
+
+    list_display = (
+        "prefix",
+        "name",
+        "partner",
+        "owner",
+        "scope_list",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    )
+    list_select_related = ("partner", "owner")
+    list_filter = ("partner",)
+    search_fields = ("=prefix", "name", "partner__name", "owner__legal_name")
+    actions = ("revoke",)
+    readonly_fields = tuple(f.name for f in ApiKey._meta.fields if f.name != "secret_sha256")
+    exclude = ("secret_sha256",)
+
+    @admin.display(description="scopes")
+    def scope_list(self, obj: ApiKey) -> str:
+        return ", ".join(obj.scopes)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("accounts.add_apikey")
+
+    @admin.action(
+        description="Revoke the selected keys (at their next request)", permissions=["revoke"]
+    )
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        assert isinstance(request.user, User)
+        for key in queryset.order_by("pk"):
+            services.api_key_revoke(key=key, by=request.user)
+        self.message_user(request, f"Revoked {len(queryset)} keys.", messages.SUCCESS)
+
+    @method_decorator(never_cache)
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        if not self.has_add_permission(request):
+            return HttpResponse(status=403)
+        assert isinstance(request.user, User)
+        form = PartnerKeyForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            try:
+                key, token = services.api_key_create(
+                    name=data["name"],
+                    scopes=data["scopes"],
+                    expires_at=timezone.now() + timedelta(days=data["lifetime_days"]),
+                    by=request.user,
+                    partner=data["partner"],
+                )
+            except ValidationError as error:
+                form.add_error(None, error)
+            else:
+                return TemplateResponse(
+                    request,
+                    "admin/accounts/apikey/token.html",
+                    {
+                        **self.admin_site.each_context(request),
+                        "key": key,
+                        "token": token,
+                        "title": "Partner API key made",
+                        "opts": self.opts,
+                    },
+                )
+        return TemplateResponse(
+            request,
+            "admin/accounts/apikey/add.html",
+            {
+                **self.admin_site.each_context(request),
+                "form": form,
+                "title": "Make a partner API key",
+                "opts": self.opts,
+            },
+            status=400 if form.errors else 200,
+        )
