@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -382,9 +382,10 @@ def _chunk_process(
             "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s",
             [[_node_lock_id(n) for n in nodes]],
         )
-        work = _validate(cursor, loaded, now=now, floor=floor, starts=starts)
-        if work.window_rows:
-            _windows_write(cursor, work.window_rows, optimistic=optimistic_copy)
+        placed = _placements(cursor, loaded, starts)
+        work = _validate_and_write(
+            cursor, loaded, placed, now=now, floor=floor, optimistic=optimistic_copy
+        )
         xids = _events_write(cursor, work.event_rows)
         if work.rejections:
             _rejections_write(cursor, work.rejections)
@@ -574,19 +575,52 @@ def _fine(w: Window) -> bool:
     )  # fmt: skip
 
 
-def _validate(
+def _validate_and_write(
     cursor: Any,
     loaded: list[_Loaded],
+    placed: dict[str, _NodePlacements],
     *,
     now: dt.datetime,
     floor: dt.datetime,
-    starts: list[dt.datetime],
+    optimistic: bool,
+) -> _Work:
+    """Validates the windows and writes them. Optimistically, each row goes into a binary
+    COPY straight into the partitioned table as soon as it is built, so PostgreSQL inserts
+    while Python validates the rest. If any window is already stored (a replay in a new
+    batch), the savepoint is rolled back, and the chunk is validated again and written
+    through a TEMP stage with ``ON CONFLICT DO NOTHING``."""
+    if optimistic:
+        savepoint = transaction.savepoint_create()
+        try:
+            with cursor.copy(COPY_WINDOWS) as copy:
+                copy.set_types(WINDOW_TYPES)
+                work = _validate(loaded, placed, now=now, floor=floor, emit=copy.write_row)
+        except psycopg.errors.UniqueViolation:
+            transaction.savepoint_rollback(savepoint)
+            for item in loaded:
+                item.accepted_windows = item.accepted_events = item.rejected = 0
+                item.last_window_start = None
+        else:
+            transaction.savepoint_commit(savepoint)
+            return work
+    work = _validate(loaded, placed, now=now, floor=floor, emit=None)
+    if work.window_rows:
+        _windows_stage(cursor, work.window_rows)
+    return work
+
+
+def _validate(
+    loaded: list[_Loaded],
+    placed: dict[str, _NodePlacements],
+    *,
+    now: dt.datetime,
+    floor: dt.datetime,
+    emit: Callable[[tuple[Any, ...]], None] | None,
 ) -> _Work:
     """Checks every window and event, collects COPY rows, rejections and (GPU, hour) marks.
 
     Duplicates inside the chunk are not looked for: a repeated (GPU, minute) makes the
     optimistic COPY fail and the chunk goes through the ON CONFLICT stage instead."""
-    placed = _placements(cursor, loaded, starts)
     work = _Work(gpu_ids={nvml: gpu_id for node in placed.values() for nvml, gpu_id in node.ids()})
     rows = work.window_rows
     marks = work.marks
@@ -621,7 +655,10 @@ def _validate(
             accepted += 1
             if last_start is None or start > last_start:
                 last_start = start
-            rows.append(_window_row(w, gpu_id, node_id, batch_pk))
+            row = _window_row(w, gpu_id, node_id, batch_pk)
+            rows.append(row)
+            if emit is not None:
+                emit(row)
             hour = hour_of.get(start)
             if hour is None:
                 hour = hour_of[start] = start.astimezone(dt.UTC).replace(
@@ -690,22 +727,9 @@ def _to_builtins(value: Any) -> Any:
     return json.loads(msgspec.json.encode(value), parse_constant=lambda c: None)
 
 
-def _windows_write(cursor: Any, rows: list[tuple[Any, ...]], *, optimistic: bool) -> None:
-    """Binary COPY straight into the partitioned table; if any window is already stored (a
-    replay in a new batch), the savepoint is rolled back and the rows go through a TEMP stage
-    with ``ON CONFLICT DO NOTHING`` instead."""
-    if optimistic:
-        savepoint = transaction.savepoint_create()
-        try:
-            with cursor.copy(COPY_WINDOWS) as copy:
-                copy.set_types(WINDOW_TYPES)
-                for row in rows:
-                    copy.write_row(row)
-        except psycopg.errors.UniqueViolation:
-            transaction.savepoint_rollback(savepoint)
-        else:
-            transaction.savepoint_commit(savepoint)
-            return
+def _windows_stage(cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+    """Binary COPY into a TEMP stage, then ``INSERT … ON CONFLICT DO NOTHING``: for chunks
+    that replay windows already stored."""
     cursor.execute(
         "CREATE TEMP TABLE IF NOT EXISTS telemetry_window_stage "
         "(LIKE telemetry_window INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
