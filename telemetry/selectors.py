@@ -4,8 +4,7 @@ tables, and whether the derived rows (transitions, rollups) of a range are up to
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from django.db import connection
 
@@ -18,8 +17,8 @@ DERIVED_COUNT_CAP = 100_000
 
 @dataclass(frozen=True)
 class IngestHealth:
-    pending: int
-    claimed: int
+    pending: int  # not yet processed, in flight included
+    in_flight: int  # pending batches a running worker holds (in its chunk's transaction)
     failed: int
     oldest_pending_at: dt.datetime | None
     lag_s: float
@@ -31,6 +30,9 @@ class IngestHealth:
     derived_pending_capped: bool = False
     derived_oldest_at: dt.datetime | None = None
     derived_lag_s: float = 0.0
+    workers: list[tuple[str, int, dt.datetime]] = field(default_factory=list)
+    # Claims of workers lost mid-chunk, not yet reaped (the next claim counts their attempts).
+    abandoned_claims: int = 0
 
 
 def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) -> IngestHealth:
@@ -38,10 +40,19 @@ def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) ->
     many batches have been processed."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT status, count(*), min(received_at) FROM telemetry_ingestbatch "
-            "WHERE status IN ('pending', 'claimed') GROUP BY status"
+            "SELECT count(*), min(received_at) FROM telemetry_ingestbatch WHERE status = 'pending'"
         )
-        by_status: dict[str, tuple[int, Any]] = {s: (c, m) for s, c, m in cursor.fetchall()}
+        pending, oldest = cursor.fetchone() or (0, None)
+        # A claim row is live while its chunk's transaction holds it: the rows this cannot
+        # lock (KEY SHARE conflicts only with that transaction's FOR UPDATE) are live, the
+        # others belong to lost workers. Claim rows are few (one per running chunk).
+        cursor.execute("SELECT id FROM telemetry_ingestclaim FOR KEY SHARE SKIP LOCKED")
+        abandoned = {row[0] for row in cursor.fetchall()}
+        cursor.execute(
+            "SELECT id, worker, cardinality(batch_ids), claimed_at FROM telemetry_ingestclaim "
+            "ORDER BY claimed_at"
+        )
+        workers = [(w, int(n), at) for cid, w, n, at in cursor.fetchall() if cid not in abandoned]
         cursor.execute("SELECT count(*) FROM telemetry_ingestbatch WHERE status = 'failed'")
         (failed,) = cursor.fetchone() or (0,)
         cursor.execute(
@@ -57,10 +68,9 @@ def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) ->
         (derived,) = cursor.fetchone() or (0,)
         cursor.execute("SELECT min(marked_at) FROM telemetry_derivedwork")
         (derived_oldest,) = cursor.fetchone() or (None,)
-    oldest = min((m for _, m in by_status.values() if m is not None), default=None)
     return IngestHealth(
-        pending=by_status.get("pending", (0, None))[0],
-        claimed=by_status.get("claimed", (0, None))[0],
+        pending=int(pending),
+        in_flight=sum(n for _, n, _ in workers),
         failed=int(failed),
         oldest_pending_at=oldest,
         lag_s=(now - oldest).total_seconds() if oldest else 0.0,
@@ -78,6 +88,8 @@ def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) ->
         derived_pending_capped=int(derived) >= DERIVED_COUNT_CAP,
         derived_oldest_at=derived_oldest,
         derived_lag_s=(now - derived_oldest).total_seconds() if derived_oldest else 0.0,
+        workers=workers,
+        abandoned_claims=len(abandoned),
     )
 
 

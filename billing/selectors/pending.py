@@ -15,21 +15,19 @@ from telemetry.selectors import derived_pending
 
 @dataclass(frozen=True)
 class PendingTelemetry:
-    pending: int
-    claimed: int
+    pending: int  # being processed included
     failed: int
     derived: int = 0  # (GPU, hour) marks whose transitions and rollups are not recomputed yet
 
     @property
     def any(self) -> bool:
-        return bool(self.pending or self.claimed or self.failed or self.derived)
+        return bool(self.pending or self.failed or self.derived)
 
     def describe(self) -> str:
         parts = [
             f"{n} {name}"
             for name, n in (
                 ("pending", self.pending),
-                ("claimed", self.claimed),
                 ("failed", self.failed),
                 ("GPU-hours awaiting their rollups", self.derived),
             )
@@ -51,7 +49,7 @@ def telemetry_pending(*, start: datetime, end: datetime) -> PendingTelemetry:
     since = start - timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
     counts = dict(
         IngestBatch.objects.filter(
-            status__in=[BatchStatus.PENDING, BatchStatus.CLAIMED, BatchStatus.FAILED],
+            status__in=[BatchStatus.PENDING, BatchStatus.FAILED],
             received_at__gte=since,
         )
         .values_list("status")
@@ -60,7 +58,6 @@ def telemetry_pending(*, start: datetime, end: datetime) -> PendingTelemetry:
     )
     return PendingTelemetry(
         pending=counts.get(BatchStatus.PENDING, 0),
-        claimed=counts.get(BatchStatus.CLAIMED, 0),
         failed=counts.get(BatchStatus.FAILED, 0),
         derived=derived_pending(start=start, end=end),
     )

@@ -16,7 +16,8 @@ TELEMETRY_MAX_BODY_BYTES = env_int("TELEMETRY_MAX_BODY_BYTES", 1024 * 1024, mini
 TELEMETRY_MAX_INFLATED_BYTES = env_int("TELEMETRY_MAX_INFLATED_BYTES", 16 * 1024 * 1024, minimum=1)
 TELEMETRY_BOOTSTRAP_TOKEN_TTL_S = env_int("TELEMETRY_BOOTSTRAP_TOKEN_TTL_S", 86_400, minimum=60)
 
-# The worker: batches claimed per task, windows per transaction, and when a claim expires.
+# The worker: batches per task, windows per transaction (chunk), and how long a chunk may sit
+# idle holding its batches before PostgreSQL ends it (a hung worker).
 TELEMETRY_CLAIM_BATCHES = env_int("TELEMETRY_CLAIM_BATCHES", 2000, minimum=1)
 # ... and no more batches than it takes to reach this many windows, so that a backlog of large
 # batches is shared between worker processes.

@@ -1,7 +1,13 @@
 """Telemetry: node credentials, raw batches, windows, events, GPU state and rollups."""
 
 from telemetry.models.credentials import BootstrapToken, NodeCredential
-from telemetry.models.ingest import BatchStatus, IngestBatch, NodeStatus, RejectedRecord
+from telemetry.models.ingest import (
+    BatchStatus,
+    IngestBatch,
+    IngestClaim,
+    NodeStatus,
+    RejectedRecord,
+)
 from telemetry.models.series import (
     GpuState,
     GpuStateTransition,
@@ -17,6 +23,7 @@ __all__ = [
     "GpuStateTransition",
     "HourlyRollup",
     "IngestBatch",
+    "IngestClaim",
     "NodeCredential",
     "NodeStatus",
     "RejectedRecord",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils import timezone
 
@@ -11,8 +12,9 @@ from fleet.models import Node
 
 
 class BatchStatus(models.TextChoices):
+    # A batch being processed stays pending: its worker holds it by a row lock inside the
+    # transaction that writes its windows (see IngestClaim), not by a committed state.
     PENDING = "pending", "Pending"
-    CLAIMED = "claimed", "Claimed"
     PROCESSED = "processed", "Processed"
     FAILED = "failed", "Failed"
 
@@ -32,9 +34,15 @@ class IngestBatch(models.Model):
     signed_at = models.DateTimeField(help_text="X-Steward-Timestamp: the node's clock.")
     window_count = models.PositiveIntegerField(default=0)
     event_count = models.PositiveIntegerField(default=0)
-    claimed_at = models.DateTimeField(null=True, blank=True)
-    claimed_by = models.CharField(max_length=200, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
+    claimed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the worker that processed it took it."
+    )
+    claimed_by = models.CharField(
+        max_length=200, blank=True, help_text="The worker that processed (or failed) it."
+    )
+    attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="Workers lost (killed, hung) while processing it."
+    )
     processed_at = models.DateTimeField(null=True, blank=True)
     answer = models.JSONField(help_text="The body of the first answer, replayed on retries.")
     accepted_windows = models.PositiveIntegerField(default=0)
@@ -52,9 +60,15 @@ class IngestBatch(models.Model):
         indexes: ClassVar = [
             # The workers' queue: only unfinished batches are indexed, oldest first.
             models.Index(
-                fields=["received_at"],
-                name="telemetry_batch_unfinished",
-                condition=models.Q(status__in=["pending", "claimed"]),
+                fields=["received_at", "id"],
+                name="telemetry_batch_queue",
+                condition=models.Q(status="pending"),
+            ),
+            # Batches whose worker was lost: each is processed alone (rarely any).
+            models.Index(
+                fields=["received_at", "id"],
+                name="telemetry_batch_suspect",
+                condition=models.Q(status="pending", attempts__gt=0),
             ),
             models.Index(fields=["node", "received_at"], name="telemetry_batch_node_recv"),
         ]
@@ -66,6 +80,27 @@ class IngestBatch(models.Model):
     def clock_skew_s(self) -> float:
         """Node clock minus server clock at receipt; positive means the node runs ahead."""
         return (self.signed_at - self.received_at).total_seconds()
+
+
+class IngestClaim(models.Model):
+    """A worker's chunk of batches in flight: which worker took which batches, and when.
+
+    Written and committed (on a connection of its own) just before the chunk's transaction
+    writes the batches' windows, locked by that transaction, and deleted by its commit. So a
+    claim row that is *not* locked belongs to a worker that died (or hung past
+    ``TELEMETRY_CLAIM_TIMEOUT_S``) with these batches half done: the next claim counts a lost
+    attempt on each of them and deletes the row. The batches themselves are never written
+    until they are processed — one write per batch."""
+
+    worker = models.CharField(max_length=200)
+    claimed_at = models.DateTimeField(default=timezone.now)
+    batch_ids = ArrayField(models.BigIntegerField())
+
+    class Meta:
+        ordering: ClassVar = ["claimed_at"]
+
+    def __str__(self) -> str:
+        return f"claim {self.pk} by {self.worker}: {len(self.batch_ids)} batches"
 
 
 class RejectedRecord(models.Model):

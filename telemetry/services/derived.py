@@ -59,10 +59,10 @@ PASS_LOCK = 0x64_65_72_69_76_65_64
 # arrive in time order, so only a late one rewrites a mark.
 _MARK = """
 INSERT INTO telemetry_derivedwork AS d (gpu_id, hour, lo)
-SELECT m.g, m.h, min(m.lo)
-  FROM json_to_recordset(%s::json) AS m(g uuid, h timestamptz, lo timestamptz)
- GROUP BY m.g, m.h
- ORDER BY m.g, m.h
+SELECT (m->>0)::uuid, (m->>1)::timestamptz, min((m->>2)::timestamptz)
+  FROM json_array_elements(%s::json) AS m
+ GROUP BY 1, 2
+ ORDER BY 1, 2
 ON CONFLICT (gpu_id, hour) DO UPDATE SET lo = EXCLUDED.lo WHERE EXCLUDED.lo < d.lo
 """
 
@@ -225,7 +225,8 @@ def derived_mark(
     """Records, inside the caller's (window-writing) transaction, that these (GPU, UTC hour,
     earliest instant touched) need their transitions and rollup recomputed. The same
     (GPU, hour) may come more than once: SQL merges them."""
-    document = [{"g": g, "h": h, "lo": lo} for g, h, lo in marks]
+    # [gpu, hour, lo] arrays, encoded straight from the tuples: no dict per mark.
+    document = marks if isinstance(marks, list) else list(marks)
     if document:
         cursor.execute(_MARK, [msgspec.json.encode(document).decode()])
 

@@ -1,10 +1,12 @@
 """The worker's side: claim pending batches in bulk, validate, COPY, mark derived work, done.
 
-A claim is a committed compare-and-set (``status='claimed', claimed_by=me``) over rows picked
-with ``FOR UPDATE SKIP LOCKED``, so concurrent workers never take the same batch and an
-operator can see who holds what. A claim older than ``TELEMETRY_CLAIM_TIMEOUT_S`` (its worker
-died) is taken over by the next claim. Processing then runs one transaction per chunk, which
-re-checks the claim under a row lock before writing anything.
+Each chunk is one transaction that claims its own batches (``FOR UPDATE SKIP LOCKED``, oldest
+first), writes their windows, events and marks, and sets them ``processed`` — one write per
+batch, and no committed "claimed" state that could outlive its worker: concurrent workers
+skip each other's locked batches, and a dead or hung worker's locks go with its connection.
+What a crash must leave behind (to count lost attempts, and set aside a batch that keeps
+killing its worker) is one small ``IngestClaim`` row per chunk, committed aside just before
+the chunk's work and deleted by its commit.
 
 Transitions and rollups are not computed here: the chunk marks the (GPU, hour) pairs it
 touched and ``telemetry.services.derived.derived_process`` recomputes them later, coalesced.
@@ -18,8 +20,9 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,115 +66,186 @@ class ProcessResult:
     failed: int = 0
     windows: int = 0
     rejected: int = 0
+    reaped: int = 0  # claims of lost workers found (their batches counted one attempt more)
 
 
-@dataclass(frozen=True)
-class Claim:
-    id: int
-    window_count: int
-
-
-def batches_claim(*, worker: str, limit: int, windows: int | None = None) -> list[Claim]:
-    """Claims up to ``limit`` of the oldest pending (or abandoned) batches for ``worker``, and
-    no more batches than it takes to reach ``windows`` windows (``TELEMETRY_CLAIM_WINDOWS``):
-    a backlog of 60-minute batches is then shared between worker processes instead of going
-    whole to the first. The candidates are picked without locks (a running sum cannot be
-    taken with ``FOR UPDATE``), then locked with ``SKIP LOCKED`` and re-checked."""
-    timeout = dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S)
-    windows = windows or settings.TELEMETRY_CLAIM_WINDOWS
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE telemetry_ingestbatch b
-               SET status = 'claimed', claimed_at = now(), claimed_by = %(worker)s,
-                   attempts = b.attempts + 1
-              FROM (SELECT id FROM telemetry_ingestbatch
-                     WHERE id IN (
-                            SELECT id FROM (
-                                SELECT id, sum(window_count) OVER (ORDER BY received_at, id)
-                                           - window_count AS before
-                                  FROM telemetry_ingestbatch
-                                 WHERE status IN ('pending', 'claimed')
-                                   AND (status = 'pending' OR claimed_at < now() - %(timeout)s)
-                                 ORDER BY received_at, id
-                                 LIMIT %(limit)s) candidates
-                             WHERE before < %(windows)s)
-                       AND status IN ('pending', 'claimed')
-                       AND (status = 'pending' OR claimed_at < now() - %(timeout)s)
-                     ORDER BY received_at, id
-                     FOR UPDATE SKIP LOCKED) AS picked
-             WHERE b.id = picked.id
-            RETURNING b.id, b.window_count, b.attempts
-            """,
-            {"worker": worker, "timeout": timeout, "limit": limit, "windows": windows},  # type: ignore[dict-item]
-        )
-        rows = cursor.fetchall()
-        # A batch that keeps killing its worker is set aside for an operator, not retried forever.
-        given_up = [bid for bid, _, attempts in rows if attempts > settings.TELEMETRY_MAX_ATTEMPTS]
-        if given_up:
-            cursor.execute(
-                "UPDATE telemetry_ingestbatch SET status = 'failed', "
-                "error = 'gave up after repeated attempts (worker lost each time)' "
-                "WHERE id = ANY(%s)",
-                [given_up],
-            )
-    return sorted(
-        (Claim(bid, count) for bid, count, attempts in rows if bid not in set(given_up)),
-        key=lambda c: c.id,
-    )
+# A claim row is written (committed) a moment before its chunk's transaction locks it: only
+# rows older than this can be a lost worker's.
+REAP_AFTER_S = 5
+GAVE_UP = "gave up after repeated attempts (worker lost each time)"
 
 
 def batches_process(
     *, worker: str, limit: int | None = None, optimistic_copy: bool = True
 ) -> ProcessResult:
-    """Claims a set of batches and processes them in chunks of about
-    ``TELEMETRY_CHUNK_WINDOWS`` windows, one transaction each."""
+    """Processes up to ``limit`` of the oldest pending batches (and no more than
+    ``TELEMETRY_CLAIM_WINDOWS`` windows) in chunks of about ``TELEMETRY_CHUNK_WINDOWS``
+    windows, one transaction each. Each chunk's transaction claims its own batches
+    (``FOR UPDATE SKIP LOCKED``) and marks them processed at its commit: a batch row is
+    written once. Concurrent workers skip each other's batches; a dead worker's batches are
+    pending again the moment its connection goes (see ``IngestClaim``)."""
     limit = limit or settings.TELEMETRY_CLAIM_BATCHES
-    claims = batches_claim(worker=worker, limit=limit)
-    claimed_windows = sum(c.window_count for c in claims)
-    result = ProcessResult(
-        claimed=len(claims),
-        full=len(claims) >= limit or claimed_windows >= settings.TELEMETRY_CLAIM_WINDOWS,
-    )
-    for chunk in _chunks(claims, settings.TELEMETRY_CHUNK_WINDOWS):
-        try:
-            _chunk_process(chunk, worker=worker, result=result, optimistic_copy=optimistic_copy)
-        except (OperationalError, InterfaceError, psycopg.OperationalError):
-            raise  # the database went away: the claim expires and the batches come back
-        except Exception:
-            log.exception("chunk of %d batches failed; retrying them one by one", len(chunk))
-            for one in chunk:
-                try:
-                    _chunk_process([one], worker=worker, result=result, optimistic_copy=False)
-                except (OperationalError, InterfaceError, psycopg.OperationalError):
-                    raise
-                except Exception as exc:
-                    log.exception("batch %s failed", one)
-                    _batch_fail(batch_id=one, worker=worker, error=f"{type(exc).__name__}: {exc}")
-                    result.failed += 1
+    windows_cap = settings.TELEMETRY_CLAIM_WINDOWS
+    result = ProcessResult()
+    result.reaped = claims_reap()
+    windows = 0
+    while result.claimed < limit and windows < windows_cap:
+        chunk = _chunk_guarded(
+            worker=worker,
+            result=result,
+            batches=limit - result.claimed,
+            windows=min(settings.TELEMETRY_CHUNK_WINDOWS, windows_cap - windows),
+            optimistic_copy=optimistic_copy,
+        )
+        if chunk is None:
+            break
+        result.claimed += chunk.batches
+        windows += chunk.windows
+    result.full = result.claimed >= limit or windows >= windows_cap
     return result
 
 
-def _chunks(claims: list[Claim], windows: int) -> Iterator[list[int]]:
-    chunk: list[int] = []
-    size = 0
-    for claim in claims:
-        if chunk and size + claim.window_count > windows:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(claim.id)
-        size += claim.window_count
-    if chunk:
-        yield chunk
+@dataclass(frozen=True)
+class _Taken:
+    batches: int
+    windows: int
+
+
+def _chunk_guarded(
+    *, worker: str, result: ProcessResult, batches: int, windows: int, optimistic_copy: bool
+) -> _Taken | None:
+    """One chunk; if it fails (a bug, a bad row), its batches are retried one by one and the
+    one that fails is set aside with its error. None when nothing was left to claim."""
+    taken: list[int] = []
+    try:
+        return _chunk_process(
+            worker=worker, result=result, batches=batches, windows=windows,
+            optimistic_copy=optimistic_copy, taken=taken,
+        )  # fmt: skip
+    except (OperationalError, InterfaceError, psycopg.OperationalError):
+        raise  # the database went away: the locks went with it and the batches come back
+    except Exception:
+        if not taken:
+            raise
+        log.exception("chunk of %d batches failed; retrying them one by one", len(taken))
+    for one in taken:
+        try:
+            _chunk_process(
+                worker=worker, result=result, batches=1, windows=1, optimistic_copy=False,
+                only=[one], taken=[],
+            )  # fmt: skip
+        except (OperationalError, InterfaceError, psycopg.OperationalError):
+            raise
+        except Exception as exc:
+            log.exception("batch %s failed", one)
+            _batch_fail(batch_id=one, worker=worker, error=f"{type(exc).__name__}: {exc}")
+            result.failed += 1
+    return _Taken(len(taken), 0)
 
 
 def _batch_fail(*, batch_id: int, worker: str, error: str) -> None:
     with transaction.atomic():
         connection.cursor().execute(
-            "UPDATE telemetry_ingestbatch SET status = 'failed', error = %s, processed_at = now() "
-            "WHERE id = %s AND status = 'claimed' AND claimed_by = %s",
-            [error[:2000], batch_id, worker],
+            "UPDATE telemetry_ingestbatch SET status = 'failed', error = %s, processed_at = now(), "
+            "claimed_by = %s WHERE id = %s AND status = 'pending'",
+            [error[:2000], worker, batch_id],
         )
+
+
+def claims_reap() -> int:
+    """Deletes the claims of lost workers (rows no transaction holds) and counts one lost
+    attempt on each of their still-pending batches; a batch that lost its worker
+    ``TELEMETRY_MAX_ATTEMPTS`` times is set aside (``failed``) for an operator. Batches that
+    another worker is processing right now are skipped: it either commits them or leaves a
+    claim of its own. Returns the number of claims reaped (nearly always 0, in one query)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH dead AS (
+                DELETE FROM telemetry_ingestclaim
+                 WHERE id IN (SELECT id FROM telemetry_ingestclaim
+                               WHERE claimed_at < now() - %s * interval '1 second'
+                               ORDER BY id FOR UPDATE SKIP LOCKED)
+             RETURNING batch_ids
+            ), hit AS (
+                UPDATE telemetry_ingestbatch b
+                   SET attempts = b.attempts + 1,
+                       status = CASE WHEN b.attempts + 1 >= %s THEN 'failed' ELSE b.status END,
+                       error = CASE WHEN b.attempts + 1 >= %s THEN %s ELSE b.error END
+                 WHERE b.id IN (SELECT id FROM telemetry_ingestbatch
+                                 WHERE id IN (SELECT unnest(batch_ids) FROM dead)
+                                   AND status = 'pending'
+                                 ORDER BY id FOR UPDATE SKIP LOCKED)
+             RETURNING b.id
+            )
+            SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM hit)
+            """,
+            [REAP_AFTER_S, settings.TELEMETRY_MAX_ATTEMPTS, settings.TELEMETRY_MAX_ATTEMPTS,
+             GAVE_UP],
+        )  # fmt: skip
+        dead, hit = cursor.fetchone() or (0, 0)
+    if dead:
+        log.warning("%d claims of lost workers found; %d of their batches retried", dead, hit)
+    return int(dead)
+
+
+class _Side:
+    """This process's second connection, in autocommit: the claim rows it writes are
+    committed before the chunk's transaction starts its work, so they outlive a crash."""
+
+    conn: psycopg.Connection[Any] | None = None
+    pid = 0
+
+    @classmethod
+    def get(cls) -> psycopg.Connection[Any]:
+        if cls.conn is None or cls.conn.closed or cls.pid != os.getpid():
+            params = connection.get_connection_params()
+            params.pop("cursor_factory", None)
+            cls.conn = psycopg.connect(**params, autocommit=True)
+            cls.pid = os.getpid()
+        return cls.conn
+
+    @classmethod
+    def claim_insert(cls, *, worker: str, batch_ids: list[int]) -> int:
+        conn = cls.get()
+        try:
+            row = conn.execute(
+                "INSERT INTO telemetry_ingestclaim (worker, claimed_at, batch_ids) "
+                "VALUES (%s, now(), %s::bigint[]) RETURNING id",
+                [worker, batch_ids],
+            ).fetchone()
+        except psycopg.Error as exc:
+            conn.close()
+            raise OperationalError(f"claim not recorded: {exc}") from exc
+        assert row is not None
+        return int(row[0])
+
+    @classmethod
+    def partitions_ensure(cls, *, cursor: Any, days: set[dt.date]) -> None:
+        conn = cls.get()
+        try:
+            window_partitions_ensure(days=days, cursor=cursor, ddl=conn)
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise OperationalError(f"partitions not created: {exc}") from exc
+
+
+def _claim_record(cursor: Any, *, worker: str, batch_ids: list[int], outer: bool) -> int:
+    """Records the chunk's claim so a crash leaves a trace, and locks it for this transaction.
+
+    Inside a caller's transaction (``outer``; tests) nothing could outlive a crash anyway,
+    and a row committed aside would outlive the caller's rollback: it is written here."""
+    if outer:
+        cursor.execute(
+            "INSERT INTO telemetry_ingestclaim (worker, claimed_at, batch_ids) "
+            "VALUES (%s, now(), %s::bigint[]) RETURNING id",
+            [worker, batch_ids],
+        )
+        row = cursor.fetchone()
+        return int(row[0])
+    claim_id = _Side.claim_insert(worker=worker, batch_ids=batch_ids)
+    cursor.execute("SELECT id FROM telemetry_ingestclaim WHERE id = %s FOR UPDATE", [claim_id])
+    return claim_id
 
 
 @dataclass
@@ -198,20 +272,64 @@ class _Work:
     rejections: list[tuple[Any, ...]] = field(default_factory=list)
 
 
-def _load(batch_ids: list[int]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
-    """Reads and decodes the raw bodies (outside the write transaction: bodies never change)."""
-    # Binary results: bodies arrive as bytes, not as hex text to decode.
-    cursor = psycopg.Cursor(connection.connection)
-    cursor.execute(
-        "SELECT id, node_id, body, received_at, signed_at FROM telemetry_ingestbatch "
-        "WHERE id = ANY(%b) ORDER BY id",
-        [batch_ids],
-        binary=True,
-    )
-    rows = cursor.fetchall()
+_CLAIM = """
+SELECT id, node_id, body, received_at, signed_at, window_count, attempts
+  FROM telemetry_ingestbatch
+ WHERE status = 'pending' {only}
+ ORDER BY received_at, id
+   FOR UPDATE SKIP LOCKED
+"""
+_CLAIM_SUSPECT = """
+SELECT id, node_id, body, received_at, signed_at, window_count, attempts
+  FROM telemetry_ingestbatch
+ WHERE status = 'pending' AND attempts > 0
+ ORDER BY received_at, id
+ LIMIT 1
+   FOR UPDATE SKIP LOCKED
+"""
+
+
+def _claim(cursor: Any, *, batches: int, windows: int, only: list[int] | None) -> list[Any]:
+    """Locks the oldest pending batches nobody else holds, up to ``batches`` batches and
+    about ``windows`` windows, and reads them. Rows are locked as a server-side cursor
+    fetches them, so the window count can stop the claim without locking more.
+
+    A batch that already lost a worker is taken alone: if it kills this one too, it takes
+    no other batch's attempts with it."""
+    if only is None:
+        cursor.execute(_CLAIM_SUSPECT, binary=True)
+        suspect = cursor.fetchall()
+        if suspect:
+            return list(suspect)
+    rows: list[Any] = []
+    named = psycopg.ServerCursor(connection.connection, f"telemetry_claim_{os.getpid()}")
+    try:
+        named.execute(
+            _CLAIM.format(only="AND id = ANY(%s::bigint[])" if only is not None else ""),
+            [only] if only is not None else None,
+            binary=True,
+        )
+        count, page = 0, min(batches, 16)
+        while page > 0:
+            fetched = named.fetchmany(page)
+            for row in fetched:
+                if row[6] and rows:  # a suspect: alone, in a chunk of its own next time
+                    return rows
+                rows.append(row)
+                count += row[5]
+            if len(fetched) < page or count >= windows or len(rows) >= batches:
+                break
+            average = max(1, count // len(rows))
+            page = min(batches - len(rows), max(1, -(-(windows - count) // average)))
+    finally:
+        named.close()
+    return rows
+
+
+def _decode(rows: list[Any]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
     loaded, broken = [], []
     limit = settings.TELEMETRY_MAX_INFLATED_BYTES
-    for bid, node_id, body, received_at, signed_at in rows:
+    for bid, node_id, body, received_at, signed_at, _, _ in rows:
         try:
             batch = batch_decode_gzip(bytes(body), limit=limit, checked=True)
         except (SchemaError, Exception) as exc:
@@ -222,36 +340,41 @@ def _load(batch_ids: list[int]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
 
 
 def _chunk_process(
-    batch_ids: list[int], *, worker: str, result: ProcessResult, optimistic_copy: bool
-) -> None:
-    loaded, broken = _load(batch_ids)
-    for bid, error in broken:
-        _batch_fail(batch_id=bid, worker=worker, error=error)
-        result.failed += 1
-    if not loaded:
-        return
+    *,
+    worker: str,
+    result: ProcessResult,
+    batches: int,
+    windows: int,
+    optimistic_copy: bool,
+    taken: list[int],
+    only: list[int] | None = None,
+) -> _Taken | None:
+    outer = connection.in_atomic_block
     now = timezone.now()
     floor = _retention_floor(now)
     ceiling = now + _future_limit()
-    starts = [w.window_start for item in loaded for w in item.batch.windows]
-    days = {start.date() for start in set(starts) if floor <= start <= ceiling}
-    window_partitions_ensure(days=days)
-
     with transaction.atomic():
         # A server-side-binding cursor on Django's connection (same transaction): the large
         # array parameters travel in binary instead of being quoted into the SQL text.
         cursor = psycopg.Cursor(connection.connection)
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        # The claim still ours? (A claim that timed out may have passed to another worker.)
+        # A worker that hangs holding its batches loses them (and its connection) after this.
         cursor.execute(
-            "SELECT id FROM telemetry_ingestbatch WHERE id = ANY(%b) AND status = 'claimed' "
-            "AND claimed_by = %s ORDER BY id FOR UPDATE",
-            [[item.id for item in loaded], worker],
+            f"SET LOCAL idle_in_transaction_session_timeout = "
+            f"{int(settings.TELEMETRY_CLAIM_TIMEOUT_S) * 1000}"
         )
-        ours = {row[0] for row in cursor.fetchall()}
-        loaded = [item for item in loaded if item.id in ours]
-        if not loaded:
-            return
+        rows = _claim(cursor, batches=batches, windows=windows, only=only)
+        if not rows:
+            return None
+        taken.extend(row[0] for row in rows)
+        claim_id = _claim_record(cursor, worker=worker, batch_ids=list(taken), outer=outer)
+        loaded, broken = _decode(rows)
+        starts = [w.window_start for item in loaded for w in item.batch.windows]
+        days = {start.date() for start in set(starts) if floor <= start <= ceiling}
+        if days and outer:
+            window_partitions_ensure(days=days, cursor=cursor)
+        elif days:
+            _Side.partitions_ensure(cursor=cursor, days=days)
         # One writer per node at a time, taken in a fixed order: two chunks replaying the
         # same windows of a node would otherwise wait on each other's unique-index entries.
         nodes = sorted({item.node_id for item in loaded})
@@ -259,9 +382,10 @@ def _chunk_process(
             "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s",
             [[_node_lock_id(n) for n in nodes]],
         )
-        work = _validate(cursor, loaded, now=now, floor=floor, starts=starts)
-        if work.window_rows:
-            _windows_write(cursor, work.window_rows, optimistic=optimistic_copy)
+        placed = _placements(cursor, loaded, starts)
+        work = _validate_and_write(
+            cursor, loaded, placed, now=now, floor=floor, optimistic=optimistic_copy
+        )
         xids = _events_write(cursor, work.event_rows)
         if work.rejections:
             _rejections_write(cursor, work.rejections)
@@ -271,30 +395,42 @@ def _chunk_process(
         # Queue the derived pass as soon as this chunk's marks are visible, not after the
         # whole claim: in a catch-up it then runs beside the window path, not after it.
         transaction.on_commit(derived_kick)
-        _node_status_update(cursor, loaded)
+        if loaded:
+            _node_status_update(cursor, loaded)
+        # The batches' one write: processed (or failed, undecodable), with who did it.
         cursor.execute(
             """
             UPDATE telemetry_ingestbatch b
-               SET status = 'processed', processed_at = now(), error = '',
+               SET status = v.s, processed_at = now(), error = v.e, claimed_by = %s,
+                   claimed_at = c.claimed_at,
                    accepted_windows = v.aw, accepted_events = v.ae, rejected_count = v.rc
-              FROM json_to_recordset(%s::json) AS v(id bigint, aw int, ae int, rc int)
-             WHERE b.id = v.id
+              FROM json_to_recordset(%s::json) AS v(id bigint, s text, e text, aw int, ae int,
+                                                     rc int),
+                   telemetry_ingestclaim c
+             WHERE b.id = v.id AND c.id = %s
             """,
             [
+                worker,
                 _json(
-                    {
-                        "id": i.id,
-                        "aw": i.accepted_windows,
-                        "ae": i.accepted_events,
-                        "rc": i.rejected,
-                    }
-                    for i in loaded
-                )
+                    [
+                        {"id": i.id, "s": "processed", "e": "", "aw": i.accepted_windows,
+                         "ae": i.accepted_events, "rc": i.rejected}
+                        for i in loaded
+                    ]
+                    + [
+                        {"id": bid, "s": "failed", "e": error[:2000], "aw": 0, "ae": 0, "rc": 0}
+                        for bid, error in broken
+                    ]
+                ),
+                claim_id,
             ],
-        )
+        )  # fmt: skip
+        cursor.execute("DELETE FROM telemetry_ingestclaim WHERE id = %s", [claim_id])
     result.processed += len(loaded)
+    result.failed += len(broken)
     result.windows += sum(item.accepted_windows for item in loaded)
     result.rejected += sum(item.rejected for item in loaded)
+    return _Taken(len(rows), sum(row[5] for row in rows))
 
 
 def _node_lock_id(node_id: uuid.UUID) -> int:
@@ -439,19 +575,52 @@ def _fine(w: Window) -> bool:
     )  # fmt: skip
 
 
-def _validate(
+def _validate_and_write(
     cursor: Any,
     loaded: list[_Loaded],
+    placed: dict[str, _NodePlacements],
     *,
     now: dt.datetime,
     floor: dt.datetime,
-    starts: list[dt.datetime],
+    optimistic: bool,
+) -> _Work:
+    """Validates the windows and writes them. Optimistically, each row goes into a binary
+    COPY straight into the partitioned table as soon as it is built, so PostgreSQL inserts
+    while Python validates the rest. If any window is already stored (a replay in a new
+    batch), the savepoint is rolled back, and the chunk is validated again and written
+    through a TEMP stage with ``ON CONFLICT DO NOTHING``."""
+    if optimistic:
+        savepoint = transaction.savepoint_create()
+        try:
+            with cursor.copy(COPY_WINDOWS) as copy:
+                copy.set_types(WINDOW_TYPES)
+                work = _validate(loaded, placed, now=now, floor=floor, emit=copy.write_row)
+        except psycopg.errors.UniqueViolation:
+            transaction.savepoint_rollback(savepoint)
+            for item in loaded:
+                item.accepted_windows = item.accepted_events = item.rejected = 0
+                item.last_window_start = None
+        else:
+            transaction.savepoint_commit(savepoint)
+            return work
+    work = _validate(loaded, placed, now=now, floor=floor, emit=None)
+    if work.window_rows:
+        _windows_stage(cursor, work.window_rows)
+    return work
+
+
+def _validate(
+    loaded: list[_Loaded],
+    placed: dict[str, _NodePlacements],
+    *,
+    now: dt.datetime,
+    floor: dt.datetime,
+    emit: Callable[[tuple[Any, ...]], None] | None,
 ) -> _Work:
     """Checks every window and event, collects COPY rows, rejections and (GPU, hour) marks.
 
     Duplicates inside the chunk are not looked for: a repeated (GPU, minute) makes the
     optimistic COPY fail and the chunk goes through the ON CONFLICT stage instead."""
-    placed = _placements(cursor, loaded, starts)
     work = _Work(gpu_ids={nvml: gpu_id for node in placed.values() for nvml, gpu_id in node.ids()})
     rows = work.window_rows
     marks = work.marks
@@ -486,7 +655,10 @@ def _validate(
             accepted += 1
             if last_start is None or start > last_start:
                 last_start = start
-            rows.append(_window_row(w, gpu_id, node_id, batch_pk))
+            row = _window_row(w, gpu_id, node_id, batch_pk)
+            rows.append(row)
+            if emit is not None:
+                emit(row)
             hour = hour_of.get(start)
             if hour is None:
                 hour = hour_of[start] = start.astimezone(dt.UTC).replace(
@@ -555,22 +727,9 @@ def _to_builtins(value: Any) -> Any:
     return json.loads(msgspec.json.encode(value), parse_constant=lambda c: None)
 
 
-def _windows_write(cursor: Any, rows: list[tuple[Any, ...]], *, optimistic: bool) -> None:
-    """Binary COPY straight into the partitioned table; if any window is already stored (a
-    replay in a new batch), the savepoint is rolled back and the rows go through a TEMP stage
-    with ``ON CONFLICT DO NOTHING`` instead."""
-    if optimistic:
-        savepoint = transaction.savepoint_create()
-        try:
-            with cursor.copy(COPY_WINDOWS) as copy:
-                copy.set_types(WINDOW_TYPES)
-                for row in rows:
-                    copy.write_row(row)
-        except psycopg.errors.UniqueViolation:
-            transaction.savepoint_rollback(savepoint)
-        else:
-            transaction.savepoint_commit(savepoint)
-            return
+def _windows_stage(cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+    """Binary COPY into a TEMP stage, then ``INSERT … ON CONFLICT DO NOTHING``: for chunks
+    that replay windows already stored."""
     cursor.execute(
         "CREATE TEMP TABLE IF NOT EXISTS telemetry_window_stage "
         "(LIKE telemetry_window INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"

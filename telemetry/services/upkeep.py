@@ -15,17 +15,13 @@ from telemetry.services.state_events import STALE_GPUS, gpu_state_events_emit
 
 def batches_needing_work(*, now: dt.datetime, older_than: dt.timedelta) -> int:
     """How many batches a worker should have taken by now: pending longer than ``older_than``
-    (their task was lost, e.g. Redis was flushed) or claimed by a worker that went silent."""
-    claim_timeout = dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S)
+    (their task was lost, e.g. Redis was flushed, or their worker died mid-chunk: its locks
+    went with it and they are plain pending batches again)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT count(*) FROM telemetry_ingestbatch
-             WHERE status IN ('pending', 'claimed')
-               AND ((status = 'pending' AND received_at < %s)
-                 OR (status = 'claimed' AND claimed_at < %s))
-            """,
-            [now - older_than, now - claim_timeout],
+            "SELECT count(*) FROM telemetry_ingestbatch "
+            "WHERE status = 'pending' AND received_at < %s",
+            [now - older_than],
         )
         (count,) = cursor.fetchone() or (0,)
     return int(count)

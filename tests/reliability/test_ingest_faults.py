@@ -179,7 +179,7 @@ def test_flushing_redis_mid_ingest_loses_nothing(celery_worker, settings):
 
 def test_a_worker_killed_mid_batch_loses_nothing(celery_worker, settings):
     """A dedicated worker (its own queue) is SIGKILLed while its claim is half processed;
-    after the claim timeout another worker takes the batches over."""
+    another worker takes the batches over at once and counts the lost attempt."""
     node = fleet_node(gpus=8)
     documents, expected = make_documents(node, 300, per_batch=40)
     now = timezone.now()
@@ -218,15 +218,25 @@ def test_a_worker_killed_mid_batch_loses_nothing(celery_worker, settings):
     finally:
         if doomed.poll() is None:
             doomed.kill()
-    claimed = IngestBatch.objects.filter(status="claimed").count()
-    assert claimed > 0, "the kill did not land mid-claim"
-    # Its claim expires; another worker (here, this process) takes the batches over.
-    settings.TELEMETRY_CLAIM_TIMEOUT_S = 1
-    time.sleep(1.2)
-    while batches_process(worker="survivor").claimed:
-        pass
+    # Its transaction died with it: its batches are pending again at once (no timeout), and
+    # the claim it recorded aside, if the kill landed mid-chunk, is what is left of it.
+    from telemetry.models import IngestClaim
+    from telemetry.selectors import ingest_health
+
+    assert IngestBatch.objects.filter(status="pending").count() > 0, "the kill came too late"
+    health = ingest_health(now=timezone.now())
+    assert (health.in_flight, health.abandoned_claims) == (0, IngestClaim.objects.count())
+    lost_claims = health.abandoned_claims
+    assert lost_claims <= 1
+    time.sleep(5.2)  # a claim row is reaped once it is older than REAP_AFTER
+    reaped = 0
+    while (result := batches_process(worker="survivor")).claimed:
+        reaped += result.reaped
     assert all_processed()
     assert lost_and_duplicated(expected) == (0, 0)
+    assert reaped == lost_claims
+    assert IngestBatch.objects.filter(attempts=1).exists() == bool(lost_claims)
+    assert not IngestClaim.objects.exists()
 
 
 def _private_postgres(directory: Path):

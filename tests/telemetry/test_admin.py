@@ -36,7 +36,8 @@ def test_ingest_health_shows_queue_nodes_and_rejections(console, node, post):
     response = console.get(reverse("admin:telemetry_ingest_health"))
     assert response.status_code == 200
     health = response.context["health"]
-    assert (health.pending, health.claimed, health.failed, health.lag_s) == (1, 0, 0, 0.0)
+    assert (health.pending, health.in_flight, health.failed, health.lag_s) == (1, 0, 0, 0.0)
+    assert (health.workers, health.abandoned_claims) == ([], 0)
     assert health.rejections_by_reason == [("not_placed", 1)]
     assert [s.node_id for s in health.nodes] == [node.id]
     assert b"GPU-stranger" in response.content

@@ -13,12 +13,13 @@ from telemetry.models import (
     GpuStateTransition,
     HourlyRollup,
     IngestBatch,
+    IngestClaim,
     RejectedRecord,
     TelemetryEvent,
     TelemetryWindow,
 )
 from telemetry.services.derived import derived_drain, rollups_rebuild
-from telemetry.services.processing import batches_claim, batches_process
+from telemetry.services.processing import batches_process
 from telemetry.testing import batch_document, event, window
 from tests.telemetry.conftest import NOW
 
@@ -299,37 +300,81 @@ def test_incremental_rollups_equal_a_rebuild_after_out_of_order_delivery(node, p
     )
 
 
-def test_a_claim_is_exclusive_and_an_abandoned_one_is_taken_over(node, post, settings):
+@pytest.mark.django_db(transaction=True)
+def test_a_held_batch_is_skipped_and_a_lost_workers_batch_comes_back(node, post, settings):
+    """Worker a (another connection) holds the batch in its chunk's transaction, with its
+    claim row committed aside, as ``batches_process`` does; then its connection dies."""
+    import psycopg
+
+    from telemetry.selectors import ingest_health
+    from tests.conftest import database_url
+
     send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
-    assert [c.id for c in batches_claim(worker="a", limit=10)] == [IngestBatch.objects.get().id]
-    assert batches_claim(worker="b", limit=10) == []
-    IngestBatch.objects.update(
-        claimed_at=NOW - dt.timedelta(seconds=settings.TELEMETRY_CLAIM_TIMEOUT_S + 1)
-    )
-    assert len(batches_claim(worker="b", limit=10)) == 1
-    # Worker a wakes up: its claim is gone, so it writes nothing.
-    from telemetry.services.processing import ProcessResult, _chunk_process
-
-    result = ProcessResult()
-    _chunk_process([IngestBatch.objects.get().id], worker="a", result=result, optimistic_copy=True)
-    assert result.processed == 0
-    assert TelemetryWindow.objects.count() == 0
-    assert batches_process(worker="b").processed == 0  # b's claim is not pending any more
-    IngestBatch.objects.update(status="pending")
-    assert batches_process(worker="b").windows == 1
-
-
-def test_a_batch_that_keeps_failing_is_set_aside(node, post, settings):
-    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
-    IngestBatch.objects.update(
-        attempts=settings.TELEMETRY_MAX_ATTEMPTS,
-        status="claimed",
-        claimed_at=NOW - dt.timedelta(days=1),
-    )
-    assert batches_claim(worker="a", limit=10) == []
     batch = IngestBatch.objects.get()
-    assert batch.status == "failed"
-    assert "gave up" in batch.error
+    url = database_url(settings.DATABASES["default"])
+    with psycopg.connect(url, autocommit=True) as aside:
+        (claim_id,) = aside.execute(  # type: ignore[misc]
+            "INSERT INTO telemetry_ingestclaim (worker, claimed_at, batch_ids) "
+            "VALUES ('a', now() - interval '1 minute', ARRAY[%s]::bigint[]) RETURNING id",
+            [batch.id],
+        ).fetchone()
+    worker_a = psycopg.connect(url)
+    worker_a.execute("SELECT 1 FROM telemetry_ingestbatch WHERE id = %s FOR UPDATE", [batch.id])
+    worker_a.execute("SELECT 1 FROM telemetry_ingestclaim WHERE id = %s FOR UPDATE", [claim_id])
+
+    result = batches_process(worker="b")
+    assert (result.claimed, result.processed, result.reaped) == (0, 0, 0)
+    health = ingest_health(now=NOW)
+    assert (health.pending, health.in_flight, health.abandoned_claims) == (1, 1, 0)
+    assert [(w, n) for w, n, _ in health.workers] == [("a", 1)]
+
+    worker_a.close()  # killed: its transaction and its locks are gone, its claim row stays
+    health = ingest_health(now=NOW)
+    assert (health.pending, health.in_flight, health.abandoned_claims) == (1, 0, 1)
+    result = batches_process(worker="b")
+    assert (result.claimed, result.processed, result.windows, result.reaped) == (1, 1, 1, 1)
+    batch.refresh_from_db()
+    assert (batch.status, batch.attempts, batch.claimed_by) == ("processed", 1, "b")
+    assert not IngestClaim.objects.exists()
+    assert TelemetryWindow.objects.count() == 1
+
+
+def test_a_batch_that_keeps_killing_its_worker_is_set_aside(node, post, settings):
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(1))])
+    doomed, fine = IngestBatch.objects.order_by("id")
+    IngestBatch.objects.filter(pk=doomed.pk).update(attempts=settings.TELEMETRY_MAX_ATTEMPTS - 1)
+    with connection.cursor() as cursor:  # the claim of the worker it killed last
+        cursor.execute(
+            "INSERT INTO telemetry_ingestclaim (worker, claimed_at, batch_ids) "
+            "VALUES ('a', now() - interval '1 minute', ARRAY[%s]::bigint[])",
+            [doomed.pk],
+        )
+    result = batches_process(worker="b")
+    assert (result.reaped, result.processed, result.windows) == (1, 1, 1)
+    doomed.refresh_from_db()
+    assert (doomed.status, doomed.attempts) == ("failed", settings.TELEMETRY_MAX_ATTEMPTS)
+    assert "gave up" in doomed.error
+    assert IngestBatch.objects.get(pk=fine.pk).status == "processed"
+    assert not IngestClaim.objects.exists()
+
+
+def test_a_batch_that_lost_its_worker_is_claimed_alone(node, post):
+    from telemetry.services.processing import _claim
+
+    for minute in range(3):
+        send(post, node, [window(node.gpus[0].nvml_uuid, at(minute))])
+    _, second, _ = IngestBatch.objects.order_by("id")
+    IngestBatch.objects.filter(pk=second.pk).update(attempts=1)
+    import psycopg
+    from django.db import transaction
+
+    with transaction.atomic():
+        cursor = psycopg.Cursor(connection.connection)
+        taken = [row[0] for row in _claim(cursor, batches=10, windows=100, only=None)]
+        assert taken == [second.pk]
+    result = batches_process(worker="b")
+    assert (result.claimed, result.processed) == (3, 3)
 
 
 def test_node_status_tracks_last_seen_and_clock_skew(node, post):
