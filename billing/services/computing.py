@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -82,6 +82,16 @@ class _ClusterFacts:
     cuts: set[datetime]
 
 
+def day_boundaries(window: Interval) -> set[datetime]:
+    """Every UTC midnight strictly inside ``window``."""
+    day = window.start.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    cuts = set()
+    while day < window.end:
+        cuts.add(day)
+        day += timedelta(days=1)
+    return cuts
+
+
 def _cluster_facts(period: Period, cluster_id: uuid.UUID) -> _ClusterFacts | None:
     window = Interval(period.start, period.end)
     ids = cluster_gpu_ids(cluster_id=cluster_id, start=period.start, end=period.end)
@@ -127,6 +137,9 @@ def _cluster_facts(period: Period, cluster_id: uuid.UUID) -> _ClusterFacts | Non
         for c in currencies
     }
     cuts = set().union(*(rate_boundaries(t, window) for t in terms.values())) if terms else set()
+    # Cells also end at every UTC midnight, so a statement's frozen inputs answer for each day
+    # (the daily series of its report). Midnights are hour boundaries: the figures are unchanged.
+    cuts |= day_boundaries(window)
     return _ClusterFacts(cluster, facts, currency_of, pools, basis, currencies, terms, cuts)
 
 
@@ -187,6 +200,8 @@ def _cluster_lines(
                 pool_cents=parts[gpu.key],
                 rates=terms[currency],
             )
+            # Not part of the figures: what the statement's report lists for the period.
+            frozen_gpu["events"] = fact.events
             owners_here = set()
             for line in result.lines:
                 draft = drafts.setdefault(
@@ -248,11 +263,14 @@ def statements_compute(*, period: Period, disclosure: Disclosure) -> dict[Statem
 
     keys = set(drafts) | set(adjustments) | set(payouts)
     keys |= {k for k, (balance, _) in openings.items() if balance != 0}
+    names = dict(Owner.objects.filter(pk__in={k[0] for k in keys}).values_list("pk", "legal_name"))
     for key in sorted(keys):
         draft = drafts.setdefault(key, Draft(owner_id=key[0], currency=key[1]))
         opening, opened_from = openings.get(key, (Decimal("0.00"), None))
         draft.frozen = {
             "owner_id": key[0],
+            # As issued: the report shows this name even if the account is renamed later.
+            "owner_name": names[owner_uuid(key[0])],
             "currency": key[1],
             "period": [iso(period.start), iso(period.end)],
             "disclosure": {"version": disclosure.version, "sha256": disclosure.text_sha256},
