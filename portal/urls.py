@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.views import account, auth, disclosure, events, fleet
+from portal.views import account, auth, disclosure, events, fleet, statements
 
 app_name = "portal"
 
@@ -12,6 +12,23 @@ urlpatterns = [
     path("incidents/<int:incident_id>/", events.incident, name="incident"),
     path("maintenance/", events.maintenance, name="maintenance"),
     path("maintenance/<int:window_id>/", events.maintenance_window, name="maintenance-window"),
+    path("statements/", statements.statements, name="statements"),
+    path("statements/<uuid:statement_id>/", statements.statement, name="statement"),
+    path(
+        "statements/<uuid:statement_id>/statement.pdf",
+        statements.statement_pdf,
+        name="statement-pdf",
+    ),
+    path(
+        "statements/<uuid:statement_id>/statement.csv",
+        statements.statement_csv,
+        name="statement-csv",
+    ),
+    path(
+        "statements/<uuid:statement_id>/statement.json",
+        statements.statement_json,
+        name="statement-json",
+    ),
     path("disclosure/", disclosure.disclosure, name="disclosure"),
     path("settings/notifications/", account.notification_settings, name="notifications"),
     path("settings/security/", account.security, name="security"),

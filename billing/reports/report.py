@@ -150,8 +150,15 @@ class Report:
 
 
 def period_label(basis: Basis) -> str:
-    start, end = basis.period_start, basis.period_end
-    if start.day == 1 and end == _next_month(start):
+    return period_name(basis.period_start, basis.period_end)
+
+
+def period_name(start: datetime, end: datetime) -> str:
+    """ "February 2026" for a calendar month, else the two instants (UTC)."""
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    if start == start.replace(day=1, hour=0, minute=0, second=0, microsecond=0) and end == (
+        _next_month(start)
+    ):
         return f"{start:%B %Y}"
     return f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M}"
 
