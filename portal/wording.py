@@ -77,6 +77,43 @@ def forbidden_wording(text: str, *, markup: bool = True) -> list[Finding]:
     return findings
 
 
+# An earnings figure as the portal writes it: "1,234.56 EUR".
+MONEY = re.compile(r"-?\d[\d,]*\.\d{2}\s[A-Z]{3}\b")
+_EARNINGS = re.compile(
+    r"<section\b[^>]*\bdata-earnings\b[^>]*>(.*?)</section\s*>", re.IGNORECASE | re.DOTALL
+)
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+BASIS_PARTS: tuple[tuple[str, str], ...] = (
+    ("period", rf"\b(?:(?:{_MONTHS})\s+\d{{4}}|\d{{4}}-\d{{2}}-\d{{2}})\b"),
+    ("final or preliminary", r"\b(?:final|preliminary)\b"),
+    ("gross", r"\bgross\b"),
+    ("net", r"\bnet\b"),
+    ("not guaranteed", r"\bnot\s+guaranteed\b"),
+)
+
+
+def earnings_without_basis(markup: str) -> list[Finding]:
+    """Money figures with no basis beside them. A page keeps its earnings figures inside
+    ``<section data-earnings>`` blocks, each stating the period, final or preliminary, gross
+    and net, and that results are not guaranteed; a figure outside such a block, or a block
+    missing a part, is a finding."""
+    findings: list[Finding] = []
+    for block in _EARNINGS.finditer(markup):
+        text = visible_text(block.group(1))
+        figure = MONEY.search(text)
+        if figure is None:
+            continue
+        missing = [name for name, rule in BASIS_PARTS if not re.search(rule, text, re.I)]
+        if missing:
+            excerpt = _excerpt(text, figure.start(), figure.end())
+            findings.append(Finding(f"earnings without {', '.join(missing)}", excerpt))
+    outside = visible_text(_EARNINGS.sub(" ", markup))
+    for figure in MONEY.finditer(outside):
+        excerpt = _excerpt(outside, figure.start(), figure.end())
+        findings.append(Finding("earnings outside a block with their basis", excerpt))
+    return findings
+
+
 def _denied(text: str, start: int) -> bool:
     return _DENIAL.search(text[max(0, start - 40) : start]) is not None
 
