@@ -104,8 +104,11 @@ def statement(request: HttpRequest, statement_id: Any) -> HttpResponseBase:
         "status": status_line(report),
         "summary": _summary(report),
         "charts": [
-            mark_safe(svg)  # noqa: S308 - drawn by billing.reports.charts, text escaped
-            for svg in (availability_bars(report), utilization_bars(report))
+            (title, mark_safe(svg))  # noqa: S308 - drawn by billing.reports.charts, escaped
+            for title, svg in (
+                ("Availability by day (%)", availability_bars(report)),
+                ("Utilization by day, mean over up time (%)", utilization_bars(report)),
+            )
         ]
         if report.days is not None
         else [],

@@ -8,7 +8,10 @@ cannot fill fails, asking for a sample value.
 from __future__ import annotations
 
 import datetime as dt
+import io
+import re
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.contrib.auth.tokens import default_token_generator
@@ -16,17 +19,20 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, resolve, reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
+from pypdf import PdfReader
 
-from accounts.models import User
+from accounts import services as accounts
+from accounts.models import Owner, User
 from fleet.models import IncidentCause, MaintenanceWindow
 from fleet.services import operations
 from portal import urls as portal_urls
 from portal.access import gpus_for_user
 from portal.demo import seed_demo
 from portal.models import UserSession
-from portal.wording import forbidden_wording
+from portal.wording import BASIS_PARTS, earnings_without_basis, forbidden_wording
 from telemetry.models import GpuStateTransition, HourlyRollup
 from tests.accounts.two_factor import give_authenticator
+from tests.billing.reports_world import statement_build
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -121,11 +127,32 @@ def demo(oscar):
         by=oscar,
         notes_for_owners="The card was drained and tested.",
     )
-    return alice, gpu, incident
+    # A published statement, and the disclosure acknowledged, so the earnings pages render.
+    olga = accounts.user_create(email="olga@steward.example", password=PASSWORD, is_staff=True)
+    disclosure = accounts.disclosure_standard_ensure()
+    accounts.disclosure_acknowledge(user=alice, disclosure=disclosure, ip=None, user_agent="t")
+    owner = Owner.objects.get(legal_name="Alice Compute Ltd")
+    statement = statement_build(
+        owner=owner, gpu=gpu, disclosure=disclosure, publish_by=(oscar, olga)
+    )
+    return alice, gpu, incident, statement
+
+
+def _readable(response: Any) -> str:
+    """What the owner reads: a PDF's text, else the body."""
+    body: bytes = response.content
+    if response["Content-Type"] == "application/pdf":
+        return "\n".join(p.extract_text() for p in PdfReader(io.BytesIO(body)).pages)
+    return body.decode()
+
+
+def _report_findings(text: str) -> list[str]:
+    """A report format (PDF text, CSV, JSON) states every part of the basis."""
+    return [name for name, rule in BASIS_PARTS if not re.search(rule, text, re.IGNORECASE)]
 
 
 def test_every_portal_page_keeps_the_wording_rule(demo):
-    alice, gpu, incident = demo
+    alice, gpu, incident, statement = demo
     owner = Client()
     owner.post("/login/", {"username": alice.email, "password": PASSWORD})
     samples = {
@@ -133,6 +160,7 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
         "incident_id": incident.pk,
         "window_id": MaintenanceWindow.objects.order_by("pk")[0].pk,
         "session_id": UserSession.objects.get(user=alice).pk,
+        "statement_id": statement.pk,
         "uidb64": urlsafe_base64_encode(force_bytes(alice.pk)),
         "token": default_token_generator.make_token(alice),
     }
@@ -142,6 +170,7 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
     halfway = Client()
     halfway.post("/login/", {"username": bob.email, "password": PASSWORD})
     rendered: dict[str, int] = {}
+    downloads: set[str] = set()
     patterns = list(_patterns(portal_urls.urlpatterns))
     assert len(patterns) >= 20
     for pattern in patterns:
@@ -157,7 +186,13 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
             if response.status_code == 200:
                 if resolve(response.request["PATH_INFO"]).url_name == pattern.name:
                     rendered[pattern.name] = rendered.get(pattern.name, 0) + 1
-                findings = forbidden_wording(response.content.decode())
+                text = _readable(response)
+                if response["Content-Type"].startswith("text/html"):
+                    findings = forbidden_wording(text) + earnings_without_basis(text)
+                else:  # a statement download: PDF, CSV or JSON
+                    findings = forbidden_wording(text, markup=False)
+                    assert _report_findings(text) == [], (url, _report_findings(text))
+                    downloads.add(response["Content-Type"].split(";")[0])
                 assert findings == [], f"{who} {url}: {[str(f) for f in findings]}"
             # The CSV exports carry the same words as the tables.
             if who == "owner" and response.status_code == 200 and b"export=" in response.content:
@@ -165,6 +200,8 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
                 if export.status_code == 200 and hasattr(export, "streaming_content"):
                     body = b"".join(export.streaming_content).decode()
                     assert forbidden_wording(body, markup=False) == [], url
+    assert downloads == {"application/pdf", "text/csv", "application/json"}
+    assert {"statements", "statement"} <= set(rendered)
     post_only = {p.name for p in patterns} - set(rendered)
     assert post_only == {
         "logout",
