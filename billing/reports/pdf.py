@@ -294,7 +294,9 @@ def _events(pdf: FPDF, r: Report) -> None:
     if r.events is None:
         _para(pdf, "Not recorded with this statement (computed before they were frozen).")
         return
-    rows = event_rows(r)
+    rows = [
+        [*row[:5], _few(event.gpus)] for row, event in zip(event_rows(r), r.events, strict=True)
+    ]
     if not rows:
         _para(pdf, "None touched your GPUs in this period.")
         return
@@ -305,6 +307,13 @@ def _events(pdf: FPDF, r: Report) -> None:
         (20, 52, 22, 28, 28, 30),
         numeric=(False,) * 6,
     )
+
+
+def _few(serials: Sequence[str], most: int = 8) -> str:
+    """A table cell must fit on a page: a long list is cut (the CSV and JSON have it all)."""
+    if len(serials) <= most:
+        return ", ".join(serials)
+    return f"{len(serials)} GPUs: {', '.join(serials[:most])} and {len(serials) - most} more"
 
 
 def _charts(pdf: FPDF, r: Report) -> None:

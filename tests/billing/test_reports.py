@@ -317,3 +317,11 @@ def test_the_pdf_charts_are_the_portal_svg_within_what_fpdf2_draws():
             '<title id="a-title">Availability</title><desc id="a-desc">By day</desc>', ""
         ).encode()
     )
+
+
+def test_a_long_list_of_gpus_is_cut_to_fit_a_pdf_cell():
+    from billing.reports.pdf import _few
+
+    assert _few(("A1", "A2")) == "A1, A2"
+    serials = tuple(f"T{i}" for i in range(10))
+    assert _few(serials) == "10 GPUs: T0, T1, T2, T3, T4, T5, T6, T7 and 2 more"
