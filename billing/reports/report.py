@@ -180,7 +180,7 @@ def statement_report(statement: Statement) -> Report:
     statement = Statement.objects.select_related("period").get(pk=statement.pk)
     frozen: dict[str, Any] = statement.frozen_inputs or {}
     rows = list(StatementLine.objects.filter(statement=statement).order_by("position"))
-    lines = tuple({name: _line_value(row, name) for name in LINE_FIELDS} for row in rows)
+    lines = tuple({name: getattr(row, name) for name in LINE_FIELDS} for row in rows)
     gpu_rows = [r for r in rows if r.kind == StatementLine.Kind.GPU]
     disclosure = Disclosure.objects.filter(version=statement.disclosure_version).first()
     owner_name = frozen.get("owner_name")
@@ -226,10 +226,6 @@ def statement_report(statement: Statement) -> Report:
         events=_events(frozen, gpu_rows),
         days=_days(statement, frozen, gpu_rows),
     )
-
-
-def _line_value(row: StatementLine, name: str) -> Any:
-    return getattr(row, name)
 
 
 def _events(frozen: dict[str, Any], rows: list[StatementLine]) -> tuple[Event, ...] | None:
@@ -327,23 +323,4 @@ def _days(
     return tuple(out)
 
 
-def amounts(report: Report) -> list[Decimal]:
-    """Every money figure the report states (for checks that each carries its basis)."""
-    figures = [
-        report.opening_balance,
-        report.lines_total,
-        report.adjustments_total,
-        report.payouts_total,
-        report.closing_balance,
-        report.gross_total,
-        *report.costs_total.values(),
-    ]
-    for line in report.lines:
-        figures += [line[n] for n in ("gross", "hosting_fee", "power_cost", "management_fee")]
-        figures.append(line["net"])
-    figures += [Decimal(a["amount"]) for a in report.adjustments]
-    figures += [Decimal(p["amount"]) for p in report.payouts]
-    return figures
-
-
-__all__ = ["LINE_FIELDS", "Basis", "Day", "Event", "Report", "amounts", "statement_report"]
+__all__ = ["LINE_FIELDS", "Basis", "Day", "Event", "Report", "statement_report"]
