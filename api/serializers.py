@@ -8,14 +8,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.models import Disclosure, Owner
-from billing.engine.document import BASIS
+from billing.engine.document import BASIS, NOT_GUARANTEED
 from billing.models import Payout, Statement, StatementLine
 from fleet.models import Gpu, Incident, LifecycleState, MaintenanceWindow, Ownership
-
-NOT_GUARANTEED = (
-    "Results are not guaranteed: they depend on utilization, uptime, demand, costs, hardware "
-    "performance and market conditions, and can be zero."
-)
 
 
 class OwnerSerializer(serializers.ModelSerializer[Owner]):

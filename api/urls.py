@@ -25,6 +25,7 @@ urlpatterns = [
     path("statements", views.StatementList.as_view(), name="statements"),
     path("statements/<uuid:pk>", views.StatementDetail.as_view(), name="statement"),
     path("statements/<uuid:pk>/csv", views.StatementCsv.as_view(), name="statement-csv"),
+    path("statements/<uuid:pk>/pdf", views.StatementPdf.as_view(), name="statement-pdf"),
     path("payouts", views.PayoutList.as_view(), name="payouts"),
     path("webhooks/endpoints", webhooks.EndpointList.as_view(), name="webhook-endpoints"),
     path(

@@ -3,8 +3,6 @@ asks ``api.access`` for what the caller may see, and serializes it."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -47,12 +45,11 @@ from api.serializers import (
     SeriesSerializer,
     StatementDetailSerializer,
     StatementFilterSerializer,
-    StatementLineSerializer,
     StatementSerializer,
-    statement_basis,
 )
 from api.throttling import ApiKeyRateThrottle
 from billing.models import Statement
+from billing.reports import render_csv, render_pdf, statement_report
 from fleet.models import Ownership
 
 
@@ -355,24 +352,38 @@ class CsvRenderer(BaseRenderer):
         return json.dumps(data).encode()
 
 
-# The CSV carries the same columns as the JSON lines (one list, in the serializer).
-_CSV_LINE_FIELDS = StatementLineSerializer.Meta.fields
+class PdfRenderer(BaseRenderer):
+    """Lets a client ask for ``application/pdf``; problems are still JSON documents."""
+
+    media_type = "application/pdf"
+    format = "pdf"
+    charset = None
+
+    def render(
+        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
+    ) -> Any:
+        if isinstance(data, bytes):
+            return data
+        return json.dumps(data).encode()
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    text = str(value)
-    # A spreadsheet would run a cell starting with one of these as a formula.
-    if isinstance(value, str) and text[:1] in ("=", "+", "-", "@"):
-        return "'" + text
-    return text
+def _download(
+    statement: Statement, body: bytes | str, content_type: str, etag: str
+) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["ETag"] = etag
+    start = statement.period.start.strftime("%Y-%m")
+    extension = "pdf" if content_type == "application/pdf" else "csv"
+    response["Content-Disposition"] = (
+        f'attachment; filename="statement-{start}-{statement.currency}-{statement.pk}.{extension}"'
+    )
+    return response
 
 
 class StatementCsv(_StatementMixin):
-    """The statement as CSV: its basis and disclosure first, then one row per line."""
+    """The statement as CSV: its basis and disclosure first, then one row per line; then
+    payouts, maintenance and incidents, and the figures by day, each as a section; the
+    totals last."""
 
     renderer_classes = (JSONRenderer, CsvRenderer)
 
@@ -387,37 +398,32 @@ class StatementCsv(_StatementMixin):
         etag = f'"{statement.content_sha256}-csv"'
         if _etag_matches(request, etag):
             return Response(status=304, headers={"ETag": etag})
-        basis = statement_basis(statement)
-        out = io.StringIO()
-        w = csv.writer(out, lineterminator="\r\n")
-        w.writerow(["statement", statement.pk])
-        w.writerow(["owner_id", statement.owner_id])
-        w.writerow(["currency", statement.currency])
-        w.writerow(["period_start", _cell(statement.period.start)])
-        w.writerow(["period_end", _cell(statement.period.end)])
-        w.writerow(["finality", basis["finality"]])
-        w.writerow(["gross", basis["gross"]])
-        w.writerow(["net", basis["net"]])
-        w.writerow(["costs_included", " ".join(basis["costs_included"])])
-        w.writerow(["disclosure_version", statement.disclosure_version])
-        w.writerow(["disclosure_sha256", statement.disclosure_sha256])
-        w.writerow(["not_guaranteed", basis["not_guaranteed"]])
-        w.writerow(["content_sha256", statement.content_sha256])
-        w.writerow([])
-        w.writerow(_CSV_LINE_FIELDS)
-        for line in statement.lines.order_by("position"):
-            w.writerow([_cell(getattr(line, f)) for f in _CSV_LINE_FIELDS])
-        w.writerow([])
-        for name in ("opening_balance", "lines_total", "adjustments_total", "payouts_total"):
-            w.writerow([name, getattr(statement, name)])
-        w.writerow(["closing_balance", statement.closing_balance])
-        response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
-        response["ETag"] = etag
-        start = statement.period.start.strftime("%Y-%m")
-        response["Content-Disposition"] = (
-            f'attachment; filename="statement-{start}-{statement.currency}-{statement.pk}.csv"'
-        )
-        return response
+        body = render_csv(statement_report(statement))
+        return _download(statement, body, "text/csv; charset=utf-8", etag)
+
+
+class StatementPdf(_StatementMixin):
+    """The statement as PDF: summary, per-GPU tables, adjustments, incidents and maintenance,
+    daily charts, the basis of every figure, the disclosure and the content hash. The same
+    statement gives the same bytes every time; ``ETag`` works as for the CSV."""
+
+    renderer_classes = (JSONRenderer, PdfRenderer)
+
+    @extend_schema(
+        responses={
+            (200, "application/pdf"): OpenApiResponse(
+                OpenApiTypes.BINARY, description="The statement as PDF."
+            ),
+            304: OpenApiResponse(description="Not modified (If-None-Match)."),
+        }
+    )
+    def get(self, request: Request, pk: Any) -> HttpResponse | Response:
+        statement = access.statement_for_caller(caller=self.caller, statement_id=pk)
+        etag = f'"{statement.content_sha256}-pdf"'
+        if _etag_matches(request, etag):
+            return Response(status=304, headers={"ETag": etag})
+        body = render_pdf(statement_report(statement))
+        return _download(statement, body, "application/pdf", etag)
 
 
 @_filters(PayoutFilterSerializer)

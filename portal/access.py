@@ -74,12 +74,6 @@ def payouts_for_user(*, user: User) -> QuerySet[Payout]:
     return Payout.objects.filter(owner_id__in=owner_ids_for_user(user=user))
 
 
-def published_statements_for_user(*, user: User) -> QuerySet[Statement]:
-    return Statement.objects.filter(
-        owner_id__in=owner_ids_for_user(user=user), status=Statement.Status.PUBLISHED
-    )
-
-
 def gpus_for_user(*, user: User, held_at: datetime | None = None) -> QuerySet[Gpu]:
     """GPUs the user's accounts hold or held; with ``held_at``, only those held then."""
     rows = holdings_for_user(user=user).filter(gpu=OuterRef("pk"))
@@ -190,3 +184,24 @@ def gpus_touched(*, user: User, scoped: Incident | MaintenanceWindow) -> QuerySe
     sql = _touch_sql(type(scoped), select="o.gpu_id", where=f"{_USERS_OWNERS} AND e.id = %s")
     ids = RawSQL(sql, [user.pk, scoped.pk])  # noqa: S611 - fixed SQL, parameters only
     return Gpu.objects.filter(pk__in=ids).select_related("model").order_by("serial")
+
+
+# ---- statements ----------------------------------------------------------------------------
+
+
+def statements_for_user(*, user: User) -> QuerySet[Statement]:
+    """Published statements of the user's accounts. Drafts are not shown: they change while
+    the period closes (the API serves only published ones too)."""
+    return Statement.objects.filter(
+        owner_id__in=owner_ids_for_user(user=user), status=Statement.Status.PUBLISHED
+    )
+
+
+def statement_for_user(*, user: User, statement_id: Any) -> Statement:
+    """The statement, if it is published and of one of the user's accounts; 404 otherwise."""
+    statement = (
+        statements_for_user(user=user).select_related("period", "owner").filter(pk=statement_id)
+    ).first()
+    if statement is None:
+        raise Http404("No such statement.")
+    return statement

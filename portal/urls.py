@@ -1,6 +1,15 @@
 from django.urls import path
 
-from portal.views import account, auth, disclosure, events, fleet, integrations, money
+from portal.views import (
+    account,
+    auth,
+    disclosure,
+    events,
+    fleet,
+    integrations,
+    money,
+    statements,
+)
 
 app_name = "portal"
 
@@ -13,6 +22,23 @@ urlpatterns = [
     path("maintenance/", events.maintenance, name="maintenance"),
     path("maintenance/<int:window_id>/", events.maintenance_window, name="maintenance-window"),
     path("payouts/", money.payouts, name="payouts"),
+    path("statements/", statements.statements, name="statements"),
+    path("statements/<uuid:statement_id>/", statements.statement, name="statement"),
+    path(
+        "statements/<uuid:statement_id>/statement.pdf",
+        statements.statement_pdf,
+        name="statement-pdf",
+    ),
+    path(
+        "statements/<uuid:statement_id>/statement.csv",
+        statements.statement_csv,
+        name="statement-csv",
+    ),
+    path(
+        "statements/<uuid:statement_id>/statement.json",
+        statements.statement_json,
+        name="statement-json",
+    ),
     path("disclosure/", disclosure.disclosure, name="disclosure"),
     path("settings/partners/", integrations.partners, name="partners"),
     path(

@@ -46,6 +46,12 @@ BASIS = {
     "time_zone": "UTC",
 }
 
+# Next to every earnings figure (DESIGN, Disclosures).
+NOT_GUARANTEED = (
+    "Results are not guaranteed: they depend on utilization, uptime, demand, costs, hardware "
+    "performance and market conditions, and can be zero."
+)
+
 
 def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -46,6 +46,9 @@ class GpuFacts:
     operator_incidents: list[Interval] = field(default_factory=list)
     ownership: list[OwnershipSlice] = field(default_factory=list)  # owner key: str(owner id)
     rentals: list[tuple[str, Rental]] = field(default_factory=list)  # (currency, rental)
+    # Maintenance and incidents that touched the GPU, as frozen with its statements:
+    # [kind, id, title, cause, starts_at, ends_at or None] (instants as ISO 8601 with Z).
+    events: list[list[object]] = field(default_factory=list)
 
     def owner_ids(self) -> set[str]:
         return {owner for s in self.ownership for owner in s.shares}
@@ -158,15 +161,25 @@ def gpu_facts(
     maintenance = MaintenanceWindow.objects.filter(
         cancelled_at__isnull=True, starts_at__lt=end, ends_at__gt=start
     )
-    for mw in maintenance:
+    for mw in maintenance.order_by("starts_at", "pk"):
         for gpu_id, piece in resolve(mw, Interval(mw.starts_at, mw.ends_at)):
             facts[gpu_id].maintenance.append(piece)
+            _event(facts[gpu_id], "maintenance", mw.pk, mw.title, "", mw.starts_at, mw.ends_at)
     incidents = Incident.objects.filter(started_at__lt=end).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gt=start)
     )
-    for incident in incidents:
+    for incident in incidents.order_by("started_at", "pk"):
         for gpu_id, piece in resolve(incident, _interval(incident.started_at, incident.ended_at)):
             facts[gpu_id].incidents.append(piece)
+            _event(
+                facts[gpu_id],
+                "incident",
+                incident.pk,
+                incident.title,
+                incident.cause,
+                incident.started_at,
+                incident.ended_at,
+            )
             if incident.operator_caused:
                 facts[gpu_id].operator_incidents.append(piece)
 
@@ -201,6 +214,25 @@ def gpu_facts(
         for name in ("maintenance", "incidents", "operator_incidents"):
             setattr(fact, name, intersect(getattr(fact, name), [window]))
     return [facts[g] for g in sorted(gpu_ids, key=lambda g: facts[g].serial)]
+
+
+def _event(
+    fact: GpuFacts,
+    kind: str,
+    pk: int,
+    title: str,
+    cause: str,
+    starts_at: datetime,
+    ends_at: datetime | None,
+) -> None:
+    """Once per event and GPU (a GPU placed twice in a node's scope meets it twice)."""
+    record: list[object] = [kind, pk, title, cause, _iso(starts_at), _iso(ends_at)]
+    if record not in fact.events:
+        fact.events.append(record)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z") if at is not None else None
 
 
 def _slices(

@@ -13,7 +13,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -89,6 +89,16 @@ class _ClusterFacts:
     cuts: set[datetime]
 
 
+def day_boundaries(window: Interval) -> set[datetime]:
+    """Every UTC midnight strictly inside ``window``."""
+    day = window.start.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    cuts = set()
+    while day < window.end:
+        cuts.add(day)
+        day += timedelta(days=1)
+    return cuts
+
+
 def _cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> _ClusterFacts | None:
     ids = cluster_gpu_ids(cluster_id=cluster_id, start=window.start, end=window.end)
     if not ids:
@@ -133,6 +143,9 @@ def _cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> _
         for c in currencies
     }
     cuts = set().union(*(rate_boundaries(t, window) for t in terms.values())) if terms else set()
+    # Cells also end at every UTC midnight, so a statement's frozen inputs answer for each day
+    # (the daily series of its report). Midnights are hour boundaries: the figures are unchanged.
+    cuts |= day_boundaries(window)
     return _ClusterFacts(cluster, facts, currency_of, pools, basis, currencies, terms, cuts)
 
 
@@ -195,6 +208,8 @@ def _cluster_lines(
                 pool_cents=parts[gpu.key],
                 rates=terms[currency],
             )
+            # Not part of the figures: what the statement's report lists for the period.
+            frozen_gpu["events"] = fact.events
             owners_here = set()
             for line in result.lines:
                 draft = drafts.setdefault(
@@ -277,11 +292,14 @@ def statements_compute(
         wanted = set(owner_ids)
         keys = {k for k in keys if k[0] in wanted}
         drafts = {k: d for k, d in drafts.items() if k[0] in wanted}
+    names = dict(Owner.objects.filter(pk__in={k[0] for k in keys}).values_list("pk", "legal_name"))
     for key in sorted(keys):
         draft = drafts.setdefault(key, Draft(owner_id=key[0], currency=key[1]))
         opening, opened_from = openings.get(key, (Decimal("0.00"), None))
         draft.frozen = {
             "owner_id": key[0],
+            # As issued: the report shows this name even if the account is renamed later.
+            "owner_name": names[owner_uuid(key[0])],
             "currency": key[1],
             "period": [iso(window.start), iso(window.end)],
             "disclosure": {"version": disclosure.version, "sha256": disclosure.text_sha256},

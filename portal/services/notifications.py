@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -28,6 +28,8 @@ from django.urls import reverse
 
 from accounts.models import AuditEntry, Membership, User
 from billing.engine.intervals import Interval
+from billing.models import Statement
+from billing.reports.report import period_name
 from fleet.models import Gpu, Incident, LifecycleState, MaintenanceWindow, Ownership
 from portal import conf
 from portal.access import users_concerned
@@ -47,6 +49,10 @@ CURSOR_OVERLAP = 1_000  # ids re-read behind the cursor (see the module's docstr
 CURSOR_CHUNK = 50_000  # ids read per tick at most
 CLAIM_TIMEOUT = timedelta(minutes=10)
 AUDIT_ACTIONS = ("incident.open", "incident.close", "maintenance.schedule")
+# Statements are read forward by publishing time; an approval that committed late carries a
+# time a little behind the cursor, so each tick re-reads this much (notices are unique).
+STATEMENT_OVERLAP = timedelta(minutes=10)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # ---- preferences ----------------------------------------------------------------------------
@@ -124,6 +130,7 @@ def notifications_scan(*, now: datetime) -> ScanResult:
     notices: list[Notice] = []
     notices += _scan_audit(now=now)
     notices += _scan_outages(now=now)
+    notices += _scan_statements(now=now)
     Notice.objects.bulk_create(notices, ignore_conflicts=True)
     return ScanResult(candidates=len(notices), watched=OutageWatch.objects.count())
 
@@ -284,6 +291,76 @@ def _about_outages(watches: list[OutageWatch], *, now: datetime) -> list[Notice]
                     subject=f"GPU {gpu.serial} {'down' if down else 'silent'} since "
                     f"{watch.since:%Y-%m-%d %H:%M} UTC",
                     body=render_to_string("portal/email/gpu_down.txt", context),
+                    created_at=now,
+                    not_before=now,
+                )
+            )
+    return out
+
+
+def _micros(at: datetime) -> int:
+    return (at - EPOCH) // timedelta(microseconds=1)
+
+
+def _scan_statements(*, now: datetime) -> list[Notice]:
+    """Statements published since the last tick, by ``published_at`` (a cursor in µs)."""
+    top = Statement.objects.filter(status=Statement.Status.PUBLISHED).aggregate(
+        top=Max("published_at")
+    )["top"]
+    top_us = _micros(top) if top is not None else 0
+    cursor = (
+        ScanCursor.objects.select_for_update(skip_locked=True).filter(name="statements").first()
+    )
+    if cursor is None:
+        # A new cursor starts at the end: statements published before are not announced.
+        ScanCursor.objects.get_or_create(
+            name="statements", defaults={"position": top_us, "floor": top_us}
+        )
+        return []
+    low = max(cursor.floor, cursor.position - STATEMENT_OVERLAP // timedelta(microseconds=1))
+    if top_us > cursor.position:
+        ScanCursor.objects.filter(name="statements").update(position=top_us)
+    published = list(
+        Statement.objects.filter(
+            status=Statement.Status.PUBLISHED,
+            published_at__gt=EPOCH + timedelta(microseconds=low),
+        )
+        .select_related("period", "owner")
+        .order_by("published_at", "pk")
+    )
+    return _about_statements(published, now=now)
+
+
+def _about_statements(statements: list[Statement], *, now: datetime) -> list[Notice]:
+    if not statements:
+        return []
+    members: dict[Any, set[Any]] = defaultdict(set)
+    for owner_id, user_id in Membership.objects.filter(
+        owner_id__in={s.owner_id for s in statements}, user__is_active=True
+    ).values_list("owner_id", "user_id"):
+        members[owner_id].add(user_id)
+    preferences = _preferences(u for users in members.values() for u in users)
+    out: list[Notice] = []
+    for statement in statements:
+        period = period_name(statement.period.start, statement.period.end)
+        body = render_to_string(
+            "portal/email/statement_published.txt",
+            {
+                "statement": statement,
+                "period": period,
+                "link": _link("portal:statement", statement.pk),
+            },
+        )
+        for user_id in sorted(members[statement.owner_id], key=str):
+            if not preferences[user_id].statement_published:
+                continue
+            out.append(
+                Notice(
+                    user_id=user_id,
+                    kind=NoticeKind.STATEMENT_PUBLISHED,
+                    key=f"statement:{statement.pk}",
+                    subject=f"Statement published: {period}, {statement.currency}",
+                    body=body,
                     created_at=now,
                     not_before=now,
                 )

@@ -5,9 +5,12 @@ caller that may not read it — not in lists, filters, nested objects or CSV."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
 import pytest
+from django.http import HttpResponse
+from pypdf import PdfReader
 
 from tests.api.conftest import World, client_for
 
@@ -42,6 +45,7 @@ ENDPOINTS = [
     Endpoint("/api/v1/statements?owner={owner}&currency=EUR", "statements:read", False),
     Endpoint("/api/v1/statements/{statement}", "statements:read", True),
     Endpoint("/api/v1/statements/{statement}/csv", "statements:read", True),
+    Endpoint("/api/v1/statements/{statement}/pdf", "statements:read", True),
     Endpoint("/api/v1/payouts", "statements:read", False),
     Endpoint("/api/v1/payouts?owner={owner}", "statements:read", False),
 ]
@@ -69,13 +73,20 @@ def _url(endpoint: Endpoint, world: World) -> str:
     )
 
 
+def _text(response: HttpResponse) -> str:
+    """What a reader gets: a PDF's text (its content streams are compressed), else the body."""
+    if response.get("Content-Type") == "application/pdf":
+        return "\n".join(p.extract_text() for p in PdfReader(io.BytesIO(response.content)).pages)
+    return response.content.decode()
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: e.path)
 @pytest.mark.parametrize("caller", [*SEES, *REFUSED])
 def test_no_object_leaks_to_a_caller_who_may_not_read_it(world, endpoint, caller):
     token = None if caller == "anonymous" else world.keys[caller]
     response = client_for(token).get(_url(endpoint, world))
-    body = response.content.decode()
+    body = _text(response)
 
     if caller in REFUSED and not (caller == "key_lacks_scope" and endpoint.scope is None):
         expected = REFUSED[caller]

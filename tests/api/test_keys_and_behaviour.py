@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 from django.core.exceptions import ValidationError
 from django.test import override_settings
+from pypdf import PdfReader
 
 from accounts import services as accounts
 from accounts.models import ApiKey, ApiScope, Membership, PartnerGrant
@@ -207,6 +208,27 @@ def test_statement_csv_states_its_basis_and_neutralises_formulas(world):
         ).status_code
         == 304
     )
+
+
+def test_statement_pdf_is_the_same_bytes_each_time_with_an_etag(world):
+    client = client_for(world.keys["owner_a"])
+    url = f"/api/v1/statements/{world.a.statement.pk}/pdf"
+    response = client.get(url)
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/pdf"
+    assert response["ETag"] == f'"{world.a.statement.content_sha256}-pdf"'
+    assert response["Content-Disposition"] == (
+        f'attachment; filename="statement-2026-02-EUR-{world.a.statement.pk}.pdf"'
+    )
+    assert response.content.startswith(b"%PDF-1.")
+    text = "".join(p.extract_text() for p in PdfReader(io.BytesIO(response.content)).pages)
+    assert "Final statement for February 2026" in text
+    assert "Results are not guaranteed" in text
+    assert world.a.statement.content_sha256 in text
+    assert client.get(url).content == response.content
+    again = client.get(url, HTTP_IF_NONE_MATCH=response["ETag"])
+    assert again.status_code == 304
+    assert again.content == b""
 
 
 def test_lists_page_by_cursor(world, oscar):

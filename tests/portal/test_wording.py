@@ -8,7 +8,10 @@ cannot fill fails, asking for a sample value.
 from __future__ import annotations
 
 import datetime as dt
+import io
+import re
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.contrib.auth.tokens import default_token_generator
@@ -16,6 +19,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, resolve, reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
+from pypdf import PdfReader
 
 from accounts import services as accounts
 from accounts.models import ApiKey, Owner, Partner, PartnerGrant, User
@@ -28,9 +32,10 @@ from portal import urls as portal_urls
 from portal.access import gpus_for_user
 from portal.demo import seed_demo
 from portal.models import UserSession
-from portal.wording import earnings_basis_check, forbidden_wording
+from portal.wording import BASIS_NEEDS, earnings_basis_check, forbidden_wording
 from telemetry.models import GpuStateTransition, HourlyRollup
 from tests.accounts.two_factor import give_authenticator
+from tests.billing.reports_world import statement_build
 from tests.conftest import PASSWORD
 from tests.portal.money_world import published_statement
 
@@ -175,7 +180,29 @@ def demo(oscar):
         notes_for_owners="The card was drained and tested.",
     )
     _money(alice=alice, gpu=gpu, now=now, oscar=oscar)
-    return alice, gpu, incident
+    # A statement computed by a real close (frozen inputs, days, events), for its pages.
+    statement = statement_build(
+        owner=Owner.objects.get(legal_name="Alice Compute Ltd"),
+        gpu=gpu,
+        disclosure=accounts.disclosure_standard_ensure(),
+        publish_by=(oscar, User.objects.get(email="olga@steward.example")),
+    )
+    return alice, gpu, incident, statement
+
+
+def _readable(response: Any) -> str:
+    """What the owner reads: a PDF's text, else the body."""
+    body: bytes = response.content
+    if response["Content-Type"] == "application/pdf":
+        return "\n".join(p.extract_text() for p in PdfReader(io.BytesIO(body)).pages)
+    return body.decode()
+
+
+def _report_findings(text: str) -> list[str]:
+    """A report format (PDF text, CSV, JSON) states every part of the basis."""
+    return [
+        name for name, rule in BASIS_NEEDS if not re.search(rule, text, re.IGNORECASE | re.DOTALL)
+    ]
 
 
 def _money(*, alice: User, gpu: Gpu, now: dt.datetime, oscar: User) -> None:
@@ -241,7 +268,7 @@ def _money(*, alice: User, gpu: Gpu, now: dt.datetime, oscar: User) -> None:
 
 
 def test_every_portal_page_keeps_the_wording_rule(demo):
-    alice, gpu, incident = demo
+    alice, gpu, incident, statement = demo
     owner = Client()
     owner.post("/login/", {"username": alice.email, "password": PASSWORD})
     samples = {
@@ -249,6 +276,7 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
         "incident_id": incident.pk,
         "window_id": MaintenanceWindow.objects.order_by("pk")[0].pk,
         "session_id": UserSession.objects.get(user=alice).pk,
+        "statement_id": statement.pk,
         "uidb64": urlsafe_base64_encode(force_bytes(alice.pk)),
         "token": default_token_generator.make_token(alice),
         "grant_id": PartnerGrant.objects.get(owner__memberships__user=alice).pk,
@@ -263,6 +291,7 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
     halfway = Client()
     halfway.post("/login/", {"username": bob.email, "password": PASSWORD})
     rendered: dict[str, int] = {}
+    downloads: set[str] = set()
     patterns = list(_patterns(portal_urls.urlpatterns))
     assert len(patterns) >= 20
     for pattern in patterns:
@@ -278,18 +307,25 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
             if response.status_code == 200:
                 if resolve(response.request["PATH_INFO"]).url_name == pattern.name:
                     rendered[pattern.name] = rendered.get(pattern.name, 0) + 1
-                findings = forbidden_wording(response.content.decode())
+                text = _readable(response)
+                if response["Content-Type"].startswith("text/html"):
+                    basis = earnings_basis_check(text)
+                    findings = forbidden_wording(text) + basis.findings
+                    if who == "owner":
+                        figures[pattern.name] = figures.get(pattern.name, 0) + basis.figures
+                else:  # a statement download: PDF, CSV or JSON
+                    findings = forbidden_wording(text, markup=False)
+                    assert _report_findings(text) == [], (url, _report_findings(text))
+                    downloads.add(response["Content-Type"].split(";")[0])
                 assert findings == [], f"{who} {url}: {[str(f) for f in findings]}"
-                basis = earnings_basis_check(response.content.decode())
-                assert basis.findings == [], f"{who} {url}: {[str(f) for f in basis.findings]}"
-                if who == "owner":
-                    figures[pattern.name] = figures.get(pattern.name, 0) + basis.figures
             # The CSV exports carry the same words as the tables.
             if who == "owner" and response.status_code == 200 and b"export=" in response.content:
                 export = client.get(url, {"export": "gpus"})
                 if export.status_code == 200 and hasattr(export, "streaming_content"):
                     body = b"".join(export.streaming_content).decode()
                     assert forbidden_wording(body, markup=False) == [], url
+    assert downloads == {"application/pdf", "text/csv", "application/json"}
+    assert {"statements", "statement"} <= set(rendered)
     post_only = {p.name for p in patterns} - set(rendered)
     assert post_only == {
         "logout",
@@ -301,6 +337,9 @@ def test_every_portal_page_keeps_the_wording_rule(demo):
         "api-key-revoke",
     }
     # The overview: this month so far, five figures for alice's one account; the payouts
-    # page: the balance (3 amounts), the payout, last month's statement (5).
+    # page: the balance (3 amounts), the payout, last month's statement and the February
+    # one the statement pages show (5 each).
     assert figures["home"] == 5
-    assert figures["payouts"] == 3 + 1 + 5
+    assert figures["payouts"] == 3 + 1 + 5 + 5
+    assert figures["statements"] > 0
+    assert figures["statement"] > 0

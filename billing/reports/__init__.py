@@ -1,0 +1,7 @@
+"""Statement reports: one data structure (``statement_report``), three renderings."""
+
+from billing.reports.pdf import render_pdf
+from billing.reports.render import render_csv, render_json
+from billing.reports.report import Report, statement_report
+
+__all__ = ["Report", "render_csv", "render_json", "render_pdf", "statement_report"]

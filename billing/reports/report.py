@@ -1,0 +1,326 @@
+"""One statement as one report, rendered three ways (CSV, JSON, PDF) from the same data.
+
+``statement_report`` reads only what cannot change once the statement is published: the
+statement row and its lines (immutable in the database), its frozen inputs (adjustments,
+payouts, per GPU the usage cells cut at every UTC midnight, and the maintenance and incidents
+that touched it, as recorded when the statement was computed) and the disclosure version it
+was issued under (immutable too). So a published statement's report, and its PDF, never
+change. Every earnings figure travels with its basis: the period, final or preliminary, gross
+vs net and the costs included, and the not-guaranteed statement.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
+from typing import Any
+
+from accounts.models import Disclosure, Owner
+from billing.engine.cells import Cell, CellUsage
+from billing.engine.document import BASIS, NOT_GUARANTEED
+from billing.engine.intervals import Interval, intersect
+from billing.engine.usage import exact_decimal
+from billing.models import Statement, StatementLine
+
+SIX = Decimal("0.000001")
+DAY = timedelta(days=1)
+
+# The columns of a statement line, in the CSV and the JSON (the API's line fields too).
+LINE_FIELDS: tuple[str, ...] = (
+    "position",
+    "kind",
+    "gpu_id",
+    "description",
+    "starts_at",
+    "ends_at",
+    "share_bps",
+    "in_service_s",
+    "up_s",
+    "down_s",
+    "maintenance_s",
+    "no_data_s",
+    "availability",
+    "utilization",
+    "busy_gpu_hours",
+    "energy_kwh",
+    "gross",
+    "hosting_fee",
+    "power_cost",
+    "management_fee",
+    "net",
+    "corrects_line_id",
+)
+COST_LABELS = {
+    "hosting_fee": "hosting fee",
+    "power_cost": "power cost",
+    "management_fee": "management fee",
+}
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What every earnings figure of the report means."""
+
+    period_start: datetime
+    period_end: datetime
+    finality: str  # "final" (published) or "preliminary" (a draft)
+    gross: str
+    net: str
+    costs_included: tuple[str, ...]
+    time_zone: str
+    not_guaranteed: str
+
+    @property
+    def sentence(self) -> str:
+        """The basis in one line, for next to a figure."""
+        costs = ", ".join(COST_LABELS[c] for c in self.costs_included)
+        return (
+            f"{self.finality.capitalize()} figures for {period_label(self)} (UTC). Gross: "
+            f"{self.gross}. Net: gross minus {costs}. {self.not_guaranteed}"
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str  # "incident" or "maintenance"
+    id: int
+    title: str
+    cause: str  # an incident's cause; "" for maintenance
+    starts_at: datetime
+    ends_at: datetime | None  # None: still open when the statement was computed
+    gpus: tuple[str, ...]  # serials of the owner's GPUs it touched
+
+
+@dataclass(frozen=True)
+class Day:
+    """The owner's GPUs over one UTC day, counting only the runs on the statement."""
+
+    day: datetime
+    in_service_s: int
+    up_s: int
+    down_s: int
+    maintenance_s: int
+    no_data_s: int
+    availability: Decimal | None  # up ÷ (in service − maintenance), 0–1
+    utilization: Decimal | None  # mean over up time, 0–1
+
+
+@dataclass(frozen=True)
+class Disclosed:
+    version: str
+    sha256: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Report:
+    statement_id: str
+    owner_id: str
+    owner_name: str
+    currency: str
+    status: str
+    computed_at: datetime
+    published_at: datetime | None
+    basis: Basis
+    disclosure: Disclosed
+    content_sha256: str
+    opening_balance: Decimal
+    lines_total: Decimal
+    adjustments_total: Decimal
+    payouts_total: Decimal
+    closing_balance: Decimal
+    gross_total: Decimal
+    costs_total: dict[str, Decimal]
+    lines: tuple[dict[str, Any], ...]  # LINE_FIELDS of every line, GPU lines first
+    adjustments: tuple[dict[str, Any], ...]  # as frozen: id, amount, reason, source, corrects_*
+    payouts: tuple[dict[str, Any], ...]  # as frozen: reference, amount, paid_on
+    events: tuple[Event, ...] | None  # None: not recorded with this statement
+    days: tuple[Day, ...] | None  # None: its frozen inputs are not cut by day
+
+    @property
+    def period_label(self) -> str:
+        return period_label(self.basis)
+
+    @property
+    def final(self) -> bool:
+        return self.basis.finality == "final"
+
+
+def period_label(basis: Basis) -> str:
+    return period_name(basis.period_start, basis.period_end)
+
+
+def period_name(start: datetime, end: datetime) -> str:
+    """ "February 2026" for a calendar month, else the two instants (UTC)."""
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    if start == start.replace(day=1, hour=0, minute=0, second=0, microsecond=0) and end == (
+        _next_month(start)
+    ):
+        return f"{start:%B %Y}"
+    return f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M}"
+
+
+def _next_month(at: datetime) -> datetime:
+    return at.replace(year=at.year + at.month // 12, month=at.month % 12 + 1)
+
+
+def _parse(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def ratio(value: Fraction | None) -> Decimal | None:
+    return None if value is None else exact_decimal(value).quantize(SIX, ROUND_HALF_EVEN)
+
+
+def statement_report(statement: Statement) -> Report:
+    """The report of one statement. Reads the statement's own rows and the disclosure row."""
+    statement = Statement.objects.select_related("period").get(pk=statement.pk)
+    frozen: dict[str, Any] = statement.frozen_inputs or {}
+    rows = list(StatementLine.objects.filter(statement=statement).order_by("position"))
+    lines = tuple({name: getattr(row, name) for name in LINE_FIELDS} for row in rows)
+    gpu_rows = [r for r in rows if r.kind == StatementLine.Kind.GPU]
+    disclosure = Disclosure.objects.filter(version=statement.disclosure_version).first()
+    owner_name = frozen.get("owner_name")
+    if owner_name is None:  # computed before names were frozen
+        owner_name = Owner.objects.values_list("legal_name", flat=True).get(pk=statement.owner_id)
+    published = statement.status == Statement.Status.PUBLISHED
+    return Report(
+        statement_id=str(statement.pk),
+        owner_id=str(statement.owner_id),
+        owner_name=owner_name,
+        currency=statement.currency,
+        status=statement.status,
+        computed_at=statement.computed_at,
+        published_at=statement.published_at,
+        basis=Basis(
+            period_start=statement.period.start.astimezone(UTC),
+            period_end=statement.period.end.astimezone(UTC),
+            finality="final" if published else "preliminary",
+            gross=str(BASIS["gross"]),
+            net=str(BASIS["net"]),
+            costs_included=tuple(BASIS["costs_included"]),
+            time_zone=str(BASIS["time_zone"]),
+            not_guaranteed=NOT_GUARANTEED,
+        ),
+        disclosure=Disclosed(
+            version=statement.disclosure_version,
+            sha256=statement.disclosure_sha256,
+            text=disclosure.text if disclosure is not None else "",
+        ),
+        content_sha256=statement.content_sha256,
+        opening_balance=statement.opening_balance,
+        lines_total=statement.lines_total,
+        adjustments_total=statement.adjustments_total,
+        payouts_total=statement.payouts_total,
+        closing_balance=statement.closing_balance,
+        gross_total=sum((r.gross for r in gpu_rows), Decimal("0.00")),
+        costs_total={
+            name: sum((getattr(r, name) for r in gpu_rows), Decimal("0.00")) for name in COST_LABELS
+        },
+        lines=lines,
+        adjustments=tuple(frozen.get("adjustments", [])),
+        payouts=tuple(frozen.get("payouts", [])),
+        events=_events(frozen, gpu_rows),
+        days=_days(statement, frozen, gpu_rows),
+    )
+
+
+def _events(frozen: dict[str, Any], rows: list[StatementLine]) -> tuple[Event, ...] | None:
+    gpus = frozen.get("gpus")
+    if gpus is None or any("events" not in g for g in gpus):
+        return None
+    held: dict[str, list[Interval]] = defaultdict(list)
+    for row in rows:
+        if row.starts_at is not None and row.ends_at is not None:
+            held[str(row.gpu_id)].append(Interval(row.starts_at, row.ends_at))
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for entry in gpus:
+        for kind, pk, title, cause, starts, ends in entry["events"]:
+            start = _parse(starts)
+            end = _parse(ends)
+            assert start is not None
+            span = Interval(start, end or datetime.max.replace(tzinfo=UTC))
+            if not intersect([span], held.get(entry["gpu_id"], [])):
+                continue  # the GPU was not the owner's then
+            event = found.setdefault(
+                (kind, pk),
+                {
+                    "kind": kind,
+                    "id": pk,
+                    "title": title,
+                    "cause": cause,
+                    "start": start,
+                    "end": end,
+                    "gpus": set(),
+                },
+            )
+            event["gpus"].add(entry["serial"])
+    return tuple(
+        Event(
+            kind=e["kind"],
+            id=e["id"],
+            title=e["title"],
+            cause=e["cause"],
+            starts_at=e["start"],
+            ends_at=e["end"],
+            gpus=tuple(sorted(e["gpus"])),
+        )
+        for e in sorted(found.values(), key=lambda e: (e["start"], e["kind"], e["id"]))
+    )
+
+
+def _days(
+    statement: Statement, frozen: dict[str, Any], rows: list[StatementLine]
+) -> tuple[Day, ...] | None:
+    """Per UTC day, the owner's GPU runs measured from the frozen cells (as the lines were)."""
+    start, end = statement.period.start, statement.period.end
+    days = []
+    day = start
+    while day < end:
+        days.append(Interval(day, min(day + DAY, end)))
+        day += DAY
+    usage = {
+        g["gpu_id"]: CellUsage([Cell.from_json(c) for c in g["cells"]])
+        for g in frozen.get("gpus", [])
+        if g.get("cells")
+    }
+    seconds = {d.start: [0, 0, 0, 0, 0] for d in days}  # in service, up, down, maint., none
+    busy = {d.start: Decimal(0) for d in days}
+    for row in rows:
+        if row.starts_at is None or row.ends_at is None:
+            continue
+        cells = usage.get(str(row.gpu_id))
+        if cells is None:
+            return None
+        for d in days:
+            for piece in intersect([d], [Interval(row.starts_at, row.ends_at)]):
+                try:
+                    m = cells.measure(piece)
+                except ValueError:
+                    return None  # cells not cut at midnight (computed before they were)
+                got = (m.in_service_s, m.up_s, m.down_s, m.maintenance_s, m.no_data_s)
+                seconds[d.start] = [a + b for a, b in zip(seconds[d.start], got, strict=True)]
+                busy[d.start] += m.busy_s
+    out = []
+    for d in days:
+        in_service, up, down, maintenance, no_data = seconds[d.start]
+        counted = in_service - maintenance
+        out.append(
+            Day(
+                day=d.start,
+                in_service_s=in_service,
+                up_s=up,
+                down_s=down,
+                maintenance_s=maintenance,
+                no_data_s=no_data,
+                availability=ratio(Fraction(up, counted)) if counted else None,
+                utilization=ratio(Fraction(busy[d.start]) / up) if up else None,
+            )
+        )
+    return tuple(out)
+
+
+__all__ = ["LINE_FIELDS", "Basis", "Day", "Event", "Report", "statement_report"]
