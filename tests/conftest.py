@@ -101,6 +101,16 @@ class Worker:
     process: subprocess.Popen[bytes]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _ingest_side_connection_closed(django_db_setup: None) -> Iterator[None]:
+    """The ingest worker code keeps a second connection per process; close it before
+    pytest-django drops the test database, which refuses while a session is open."""
+    yield
+    from telemetry.services.processing import side_connection_close
+
+    side_connection_close()
+
+
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup: None) -> Iterator[Worker]:
     """A real `celery worker` process on the real broker, using the test database.

@@ -206,6 +206,12 @@ class _Side:
         return cls.conn
 
     @classmethod
+    def close(cls) -> None:
+        if cls.conn is not None and cls.pid == os.getpid():
+            cls.conn.close()
+        cls.conn = None
+
+    @classmethod
     def claim_insert(cls, *, worker: str, batch_ids: list[int]) -> int:
         conn = cls.get()
         try:
@@ -228,6 +234,12 @@ class _Side:
         except psycopg.OperationalError as exc:
             conn.close()
             raise OperationalError(f"partitions not created: {exc}") from exc
+
+
+def side_connection_close() -> None:
+    """Closes this process's second connection (it reopens on next use); a process that
+    outlives its work — a test run dropping its database — calls it."""
+    _Side.close()
 
 
 def _claim_record(cursor: Any, *, worker: str, batch_ids: list[int], outer: bool) -> int:

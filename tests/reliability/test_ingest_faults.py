@@ -224,6 +224,9 @@ def test_a_worker_killed_mid_batch_loses_nothing(celery_worker, settings):
     from telemetry.selectors import ingest_health
 
     assert IngestBatch.objects.filter(status="pending").count() > 0, "the kill came too late"
+    # PostgreSQL ends the dead worker's session when it next reads from its socket: at once
+    # if it was waiting for the client, after the statement if one was running.
+    assert wait_for(lambda: ingest_health(now=timezone.now()).in_flight == 0, timeout=30)
     health = ingest_health(now=timezone.now())
     assert (health.in_flight, health.abandoned_claims) == (0, IngestClaim.objects.count())
     lost_claims = health.abandoned_claims
