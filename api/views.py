@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import operator
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -43,16 +44,18 @@ from api.serializers import (
     OwnershipSerializer,
     PayoutFilterSerializer,
     PayoutSerializer,
+    SeriesPointSerializer,
     SeriesQuerySerializer,
     SeriesSerializer,
     StatementDetailSerializer,
     StatementFilterSerializer,
     StatementLineSerializer,
     StatementSerializer,
+    row_sources,
+    rows_data,
     statement_basis,
 )
 from api.throttling import ApiKeyRateThrottle
-from billing.models import Statement
 from fleet.models import Ownership
 
 
@@ -208,7 +211,13 @@ class GpuSeries(ApiView):
         gpu = access.gpu_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk)
         owner_ids = access.owner_ids_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ)
         points = gpu_series(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
-        return Response(SeriesSerializer({"gpu": gpu.pk, "step": step, "points": points}).data)
+        values = operator.attrgetter(*row_sources(SeriesPointSerializer))
+        data = {
+            "gpu": str(gpu.pk),
+            "step": step,
+            "points": rows_data(SeriesPointSerializer, (values(p) for p in points)),
+        }
+        return Response(data)
 
 
 # --- incidents and maintenance ---------------------------------------------------------------
@@ -332,12 +341,13 @@ class StatementDetail(_StatementMixin):
         etag = f'"{statement.content_sha256}"'
         if _etag_matches(request, etag):
             return Response(status=304, headers={"ETag": etag})
-        statement = (
-            Statement.objects.prefetch_related("lines")
-            .select_related("period")
-            .get(pk=statement.pk)
+        self._versions = {statement.disclosure_version}
+        data = StatementSerializer(statement, context=self.get_serializer_context()).data
+        lines = statement.lines.order_by("position").values_list(
+            *row_sources(StatementLineSerializer)
         )
-        return Response(self.get_serializer(statement).data, headers={"ETag": etag})
+        data["lines"] = rows_data(StatementLineSerializer, lines)
+        return Response(data, headers={"ETag": etag})
 
 
 class CsvRenderer(BaseRenderer):
