@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
 from accounts.models import Disclosure, Owner
 from billing.engine.document import BASIS, NOT_GUARANTEED
@@ -276,3 +281,75 @@ class PayoutFilterSerializer(serializers.Serializer[Any]):
     currency = serializers.RegexField(r"^[A-Z]{3}$", required=False)
     paid_from = serializers.DateField(required=False)
     paid_before = serializers.DateField(required=False)
+
+
+# --- many rows at once -------------------------------------------------------------------------
+# A statement has a line per GPU and a series up to 744 points: DRF's per-object walk over
+# fields costs more than the query. For a serializer of plain fields (no nesting, no method
+# fields) these give what ``serializer(rows, many=True).data`` gives, from tuples in the order
+# of its fields (``row_sources``), converting each value with the field's own rules.
+
+
+def _datetime(value: datetime) -> str:
+    text = value.astimezone(UTC).isoformat()  # the API's time zone is UTC (DRF's rule)
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _converter(field: serializers.Field[Any, Any, Any, Any]) -> Callable[[Any], Any]:
+    if (
+        isinstance(field, serializers.DateTimeField)
+        and getattr(field, "format", api_settings.DATETIME_FORMAT) == "iso-8601"
+    ):
+        return _datetime
+    plain_decimal = (
+        getattr(field, "coerce_to_string", api_settings.COERCE_DECIMAL_TO_STRING)
+        and not field.localize
+        and not field.normalize_output
+        if isinstance(field, serializers.DecimalField)
+        else False
+    )
+    if isinstance(field, serializers.DecimalField) and plain_decimal:
+        places, slow = field.decimal_places, field.to_representation
+
+        def decimal(value: Any) -> Any:
+            # Already at the field's scale (as read from a numeric column): DRF's quantize
+            # would change nothing.
+            if isinstance(value, Decimal) and value.as_tuple().exponent == -(places or 0):
+                return f"{value:f}"
+            return slow(value)
+
+        return decimal
+    if isinstance(field, serializers.ReadOnlyField):
+        return lambda value: value
+    return field.to_representation
+
+
+@functools.cache
+def _plain_fields(
+    serializer_class: type[serializers.Serializer[Any]],
+) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
+    out = []
+    for name, field in serializer_class().fields.items():
+        assert not isinstance(
+            field, (serializers.BaseSerializer, serializers.SerializerMethodField)
+        )
+        out.append((name, str(field.source), _converter(field)))
+    return tuple(out)
+
+
+def row_sources(serializer_class: type[serializers.Serializer[Any]]) -> list[str]:
+    """The attributes to read (``values_list(*row_sources(S))``), in the fields' order."""
+    return [source for _, source, _ in _plain_fields(serializer_class)]
+
+
+def rows_data(
+    serializer_class: type[serializers.Serializer[Any]], rows: Iterable[Sequence[Any]]
+) -> list[dict[str, Any]]:
+    fields = _plain_fields(serializer_class)
+    return [
+        {
+            name: None if value is None else convert(value)
+            for (name, _, convert), value in zip(fields, row, strict=True)
+        }
+        for row in rows
+    ]

@@ -1,6 +1,8 @@
 """The partner API, mounted under /api/v1/ by config.urls."""
 
+from django.conf import settings
 from django.urls import path, re_path
+from django.views.decorators.csp import csp_override
 from drf_spectacular.views import (
     SpectacularAPIView,
     SpectacularRedocView,
@@ -50,7 +52,19 @@ urlpatterns = [
         name="webhook-delivery-replay",
     ),
     path("schema", SpectacularAPIView.as_view(), name="schema"),
-    path("docs", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
-    path("redoc", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
+    path(
+        "docs",
+        SpectacularSwaggerSplitView.as_view(
+            url_name="api:schema", template_name="api/swagger_ui.html"
+        ),
+        name="docs",
+    ),
+    path(
+        "redoc",
+        csp_override(settings.API_REDOC_CSP)(
+            SpectacularRedocView.as_view(url_name="api:schema", template_name="api/redoc.html")
+        ),
+        name="redoc",
+    ),
     re_path(r"", views.NoSuchEndpoint.as_view(), name="no-such-endpoint"),
 ]

@@ -4,6 +4,7 @@ asks ``api.access`` for what the caller may see, and serializes it."""
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -41,11 +42,15 @@ from api.serializers import (
     OwnershipSerializer,
     PayoutFilterSerializer,
     PayoutSerializer,
+    SeriesPointSerializer,
     SeriesQuerySerializer,
     SeriesSerializer,
     StatementDetailSerializer,
     StatementFilterSerializer,
+    StatementLineSerializer,
     StatementSerializer,
+    row_sources,
+    rows_data,
 )
 from api.throttling import ApiKeyRateThrottle
 from billing.models import Statement
@@ -205,7 +210,13 @@ class GpuSeries(ApiView):
         gpu = access.gpu_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk)
         owner_ids = access.owner_ids_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ)
         points = gpu_series(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
-        return Response(SeriesSerializer({"gpu": gpu.pk, "step": step, "points": points}).data)
+        values = operator.attrgetter(*row_sources(SeriesPointSerializer))
+        data = {
+            "gpu": str(gpu.pk),
+            "step": step,
+            "points": rows_data(SeriesPointSerializer, (values(p) for p in points)),
+        }
+        return Response(data)
 
 
 # --- incidents and maintenance ---------------------------------------------------------------
@@ -329,12 +340,13 @@ class StatementDetail(_StatementMixin):
         etag = f'"{statement.content_sha256}"'
         if _etag_matches(request, etag):
             return Response(status=304, headers={"ETag": etag})
-        statement = (
-            Statement.objects.prefetch_related("lines")
-            .select_related("period")
-            .get(pk=statement.pk)
+        self._versions = {statement.disclosure_version}
+        data = StatementSerializer(statement, context=self.get_serializer_context()).data
+        lines = statement.lines.order_by("position").values_list(
+            *row_sources(StatementLineSerializer)
         )
-        return Response(self.get_serializer(statement).data, headers={"ETag": etag})
+        data["lines"] = rows_data(StatementLineSerializer, lines)
+        return Response(data, headers={"ETag": etag})
 
 
 class CsvRenderer(BaseRenderer):

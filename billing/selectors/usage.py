@@ -76,6 +76,22 @@ SELECT c.idx, sum(h.seconds_up + h.seconds_degraded), sum(h.seconds_down),
  GROUP BY c.idx
 """
 
+# The same for a few cells (a series of one GPU cut at every hour or day): one probe of the
+# (gpu, hour) index per cell. The join above would merge the whole rollup index against them.
+_ROLLUP_WHOLE_HOURS_FEW = """
+SELECT c.idx, a.up, a.down, a.busy, a.energy
+  FROM billing_usage_cell c
+ CROSS JOIN LATERAL (
+       SELECT count(*) AS n, sum(h.seconds_up + h.seconds_degraded) AS up,
+              sum(h.seconds_down) AS down, sum(h.util_gpu_seconds) AS busy,
+              sum(h.energy_kwh) AS energy
+         FROM telemetry_hourlyrollup h
+        WHERE h.gpu_id = c.gpu_id AND h.hour >= c.h0 AND h.hour < c.h1) a
+ WHERE c.h0 < c.h1 AND NOT c.common AND a.n > 0
+"""
+# Up to this many cells outside the common span, probe per cell; beyond, join once.
+FEW_CELLS = 2_000
+
 # The cells that span the most common range of whole hours (usually the whole period: a GPU
 # with one owner and one rate card all month) are at most one per GPU, so the rollups can be
 # summed per GPU first — one scan with the cost of a plain aggregate — and joined after.
@@ -184,7 +200,8 @@ def cells_load_many(
                 copy.write_row(row)
         cursor.execute("ANALYZE billing_usage_cell; ANALYZE billing_usage_range")
         if use_rollups and cell_rows:
-            cursor.execute(_ROLLUP_WHOLE_HOURS)
+            others = sum(1 for row in cell_rows if row[4] < row[5] and not row[6])
+            cursor.execute(_ROLLUP_WHOLE_HOURS_FEW if others <= FEW_CELLS else _ROLLUP_WHOLE_HOURS)
             rows = cursor.fetchall()
             if common is not None:
                 cursor.execute(_ROLLUP_COMMON_HOURS, {"h0": common[0], "h1": common[1]})

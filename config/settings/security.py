@@ -25,7 +25,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 
 # Everything is served from our own origin; scripts and styles carry the per-request nonce.
-SECURE_CSP = {
+SECURE_CSP: dict[str, list[str]] = {
     "default-src": [CSP.SELF],
     "script-src": [CSP.SELF, CSP.NONCE],
     "style-src": [CSP.SELF, CSP.NONCE],
@@ -36,4 +36,18 @@ SECURE_CSP = {
     "base-uri": [CSP.SELF],
     "form-action": [CSP.SELF],
     "frame-ancestors": [CSP.NONE],
+}
+
+# Redoc (/api/v1/redoc) only, the site's policy plus two things its vendored bundle
+# (drf-spectacular-sidecar) needs and cannot be told otherwise (docs/api.md, "Swagger UI and
+# Redoc"): the one <style> it injects without the nonce (perfect-scrollbar's CSS, inserted
+# empty and then filled), allowed by the hashes of its exact texts, empty and filled; and its
+# search index running in a worker made from a blob: URL. Upgrading the sidecar may change
+# the hash: tests/e2e/test_api_docs_browser.py then fails naming the violation.
+_EMPTY_STYLE = "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='"
+_SCROLLBAR_STYLE = "'sha256-QMIg+bpjm3JdElJ388KYke01izlUW0UoNOeKjpMxdgc='"
+API_REDOC_CSP: dict[str, list[str]] = {
+    **SECURE_CSP,
+    "style-src": [*SECURE_CSP["style-src"], _EMPTY_STYLE, _SCROLLBAR_STYLE],
+    "worker-src": [CSP.SELF, "blob:"],
 }

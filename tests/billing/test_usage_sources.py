@@ -9,6 +9,7 @@ from fractions import Fraction
 import pytest
 
 from billing.engine.intervals import Interval
+from billing.selectors import usage
 from billing.selectors.availability import (
     cluster_availability,
     gpu_availability,
@@ -137,6 +138,25 @@ def test_every_sub_interval_a_statement_asks_for_agrees(messy):
     for i, start in enumerate(bounds):
         for end in bounds[i + 1 :]:
             assert fast.measure(Interval(start, end)) == reference.measure(Interval(start, end))
+
+
+@pytest.mark.parametrize("few_cells", [usage.FEW_CELLS, 0], ids=["probe-per-cell", "one-join"])
+def test_both_rollup_query_shapes_agree_with_the_reference(messy, monkeypatch, few_cells):
+    # A day cut at every hour (an hourly series): with few cells each probes the rollup index,
+    # with many they are joined once; both must give the reference's figures.
+    monkeypatch.setattr(usage, "FEW_CELLS", few_cells)
+    day = Interval(at(10), at(11))
+    cuts = {day.start + dt.timedelta(hours=h) for h in range(1, 24)}
+    gpu_ids = [messy["a"].pk, messy["b"].pk]
+    facts = gpu_facts(gpu_ids=gpu_ids, start=day.start, end=day.end)
+    fast = cells_load(facts=facts, extra_cuts=dict.fromkeys(gpu_ids, cuts))
+    reference = timeline_load(facts=facts)
+    for g in gpu_ids:
+        for h in range(24):
+            hour = Interval(
+                day.start + dt.timedelta(hours=h), day.start + dt.timedelta(hours=h + 1)
+            )
+            assert fast[g].measure(hour) == reference[g].measure(hour)
 
 
 def test_gpu_figures_by_hand(messy):

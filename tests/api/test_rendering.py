@@ -1,0 +1,140 @@
+"""Statements and series are rendered row by row without DRF's per-object walk
+(``api.serializers.rows_data``): the bytes must be exactly what the serializers give."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from rest_framework.renderers import JSONRenderer
+
+from accounts.models import Disclosure
+from api.selectors import SeriesPoint
+from api.serializers import (
+    SeriesPointSerializer,
+    StatementDetailSerializer,
+    StatementLineSerializer,
+    row_sources,
+    rows_data,
+)
+from billing.models import Statement, StatementLine
+from tests.api.conftest import NOW, client_for
+
+UTC = dt.UTC
+
+
+def _json(data):
+    return JSONRenderer().render(data)
+
+
+@pytest.fixture
+def draft_lines(world):
+    """A draft statement (lines can still be added) with nulls, negatives and odd scales."""
+    source = world.a.statement
+    draft = Statement.objects.create(
+        owner=world.a.owner,
+        period=source.period,
+        currency="USD",
+        opening_balance=Decimal("0.00"),
+        lines_total=Decimal("-3.10"),
+        adjustments_total=Decimal("0.00"),
+        payouts_total=Decimal("0.00"),
+        closing_balance=Decimal("-3.10"),
+        frozen_inputs={},
+        content_sha256="d" * 64,
+        disclosure_version=source.disclosure_version,
+        disclosure_sha256=source.disclosure_sha256,
+        computed_at=NOW,
+    )
+    line = source.lines.get()
+    StatementLine.objects.create(
+        statement=draft,
+        position=1,
+        kind=StatementLine.Kind.GPU,
+        gpu=world.a.gpu,
+        description="+cmd|' /C calc'!A0",
+        starts_at=dt.datetime(2026, 2, 3, 4, 5, 6, 789000, tzinfo=UTC),
+        ends_at=dt.datetime(2026, 3, 1, tzinfo=UTC),
+        share_bps=2_500,
+        in_service_s=86_399,
+        up_s=80_000,
+        down_s=6_399,
+        availability=Decimal("0.925937"),
+        utilization=Decimal("0"),
+        busy_gpu_hours=Decimal("0.000001"),
+        energy_kwh=Decimal("12345678.9"),
+        gross=Decimal("0.10"),
+        hosting_fee=Decimal("3.20"),
+        net=Decimal("-3.10"),
+    )
+    StatementLine.objects.create(
+        statement=draft,
+        position=2,
+        kind=StatementLine.Kind.ADJUSTMENT,
+        description="Late telemetry",
+        net=Decimal("0.00"),
+        corrects_line=line,
+    )
+    return draft
+
+
+def test_lines_render_as_the_serializer_renders_them(draft_lines):
+    lines = draft_lines.lines.order_by("position")
+    fast = rows_data(
+        StatementLineSerializer, lines.values_list(*row_sources(StatementLineSerializer))
+    )
+    slow = StatementLineSerializer(lines, many=True).data
+    assert _json(fast) == _json(slow)
+    assert fast[1]["gpu_id"] is None
+    assert fast[1]["availability"] is None
+    assert fast[0]["busy_gpu_hours"] == "0.000001"
+    assert fast[0]["starts_at"] == "2026-02-03T04:05:06.789000Z"
+
+
+def test_the_statement_detail_is_the_serializers_document(world):
+    statement = world.a.statement
+    response = client_for(world.keys["owner_a"]).get(f"/api/v1/statements/{statement.pk}")
+    assert response.status_code == 200
+    disclosures = {d.version: d for d in Disclosure.objects.all()}
+    expected = StatementDetailSerializer(statement, context={"disclosures": disclosures}).data
+    assert response.content == _json(expected)
+
+
+def test_series_points_render_as_the_serializer_renders_them():
+    points = [
+        SeriesPoint(
+            start=dt.datetime(2026, 3, 1, tzinfo=UTC),
+            end=dt.datetime(2026, 3, 1, 1, tzinfo=UTC),
+            held_s=3_600,
+            in_service_s=3_600,
+            up_s=3_000,
+            down_s=600,
+            maintenance_s=0,
+            no_data_s=0,
+            availability=Decimal("0.833333"),
+            utilization=Decimal("0.421000"),
+            busy_gpu_hours=Decimal("0.350833"),
+            energy_kwh=Decimal("0.700000"),
+        ),
+        SeriesPoint(
+            start=dt.datetime(2026, 3, 1, 1, tzinfo=UTC),
+            end=dt.datetime(2026, 3, 1, 2, tzinfo=UTC),
+            held_s=0,
+            in_service_s=0,
+            up_s=0,
+            down_s=0,
+            maintenance_s=0,
+            no_data_s=0,
+            availability=None,
+            utilization=None,
+            busy_gpu_hours=Decimal("0.000000"),
+            energy_kwh=Decimal("0.000000"),
+        ),
+    ]
+    sources = row_sources(SeriesPointSerializer)
+    fast = rows_data(SeriesPointSerializer, ([getattr(p, s) for s in sources] for p in points))
+    slow = SeriesPointSerializer(points, many=True).data
+    assert _json(fast) == _json(slow)
+    assert fast[1]["availability"] is None
+    assert fast[1]["energy_kwh"] == "0.000000"
