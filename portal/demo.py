@@ -1,6 +1,7 @@
 """Demo data: the people of the story. Idempotent, so `make demo` can run it every time.
 
-oscar operates, alice (a company) and bob (a person) own GPUs, carol integrates as a partner.
+oscar and olga operate (publishing takes two operators), alice (a company) and bob (a person)
+own GPUs, carol integrates as a partner.
 The fleet: one site with two clusters of four nodes, eight GPUs each; alice owns sixteen GPUs
 whole, bob half of eight others; alice sold two of hers to bob in the past; one maintenance
 window is announced and one incident happened. Later parts of the product add their own demo
@@ -73,6 +74,8 @@ def _owner(legal_name: str, *, kind: str, email: str, currency: str, tz: str) ->
 @transaction.atomic
 def seed_demo(*, password: str) -> dict[str, object]:
     oscar = _user("oscar@steward.example", password, "Oscar Operator", staff=True)
+    # A second operator: publishing a statement takes one to request and another to approve.
+    olga = _user("olga@steward.example", password, "Olga Operator", staff=True)
     alice = _user("alice@owner.example", password, "Alice Kim")
     bob = _user("bob@owner.example", password, "Bob Chen")
     carol = _user("carol@partner.example", password, "Carol Diaz")
@@ -102,11 +105,13 @@ def seed_demo(*, password: str) -> dict[str, object]:
     access.operator_groups_sync()
     # Owners must acknowledge the current risk disclosure before they see earnings.
     accounts.disclosure_standard_ensure()
-    if not TOTPDevice.objects.filter(user=oscar, confirmed=True).exists():
-        accounts.totp_device_provision(user=oscar, key_hex=DEMO_TOTP_KEY_HEX, by=None)
+    for operator in (oscar, olga):  # the demo's operators share one authenticator secret
+        if not TOTPDevice.objects.filter(user=operator, confirmed=True).exists():
+            accounts.totp_device_provision(user=operator, key_hex=DEMO_TOTP_KEY_HEX, by=None)
     gpus = _fleet(operator=oscar, alice=alice_co, bob=bob_owner)
     return {
         "operator": oscar,
+        "second_operator": olga,
         "owners": [alice_co, bob_owner],
         "partner": partner,
         "gpus": gpus,
