@@ -119,9 +119,7 @@ def _minute_iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts - ts % 60))
 
 
-def test_backfill_samples_history_once_a_minute_in_big_batches_and_resumes(
-    tmp_path, live_steward
-):
+def test_backfill_samples_history_once_a_minute_in_big_batches_and_resumes(tmp_path, live_steward):
     now = time.time()
     key, spool = str(tmp_path / "node.key"), str(tmp_path / "spool.db")
     common = [
