@@ -66,6 +66,7 @@ def test_demo_seed_is_idempotent():
     first = seed_demo(password="demo-password-123")
     second = seed_demo(password="demo-password-123")
     assert first["operator"] == second["operator"]
-    assert User.objects.count() == 4
+    assert User.objects.count() == 5  # oscar and olga (two operators publish), alice, bob, carol
     assert Owner.objects.count() == 2
     assert User.objects.get(email="oscar@steward.example").is_staff is True
+    assert User.objects.get(email="olga@steward.example").is_staff is True
