@@ -1,8 +1,17 @@
 """``make demo``: one command that brings up a whole Steward on this machine.
 
 Starts the embedded engines when no URLs are given, migrates, loads the demo data, then runs
-the web server, a Celery worker and Celery beat side by side. Ctrl-C (or SIGTERM) stops the
-processes in reverse order, then the engines. Imports no Django: it only supervises.
+the web server, a Celery worker and Celery beat side by side. The simulated nodes then
+
+1. backfill the previous month (one sample a minute, big batches) through the real path:
+   agent → signed batch → ingest endpoint → worker → derived pass, and exit once delivered;
+   meanwhile ``manage.py demo_close_period --wait`` reports progress and, when that backlog
+   is processed, enters the demo revenue, closes the month and publishes its statements
+   (oscar requests, olga approves);
+2. backfill the current month to date the same way, then go on live (5-s samples).
+
+The portal is up from the start. Ctrl-C (or SIGTERM) stops the processes in reverse order,
+then the engines. Imports no Django: it only supervises.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 from config.embedded import BASE_DIR, engines
@@ -73,8 +83,26 @@ def totp_now(secret: str, at: float | None = None) -> str:
     return f"{(int.from_bytes(mac[offset : offset + 4]) & 0x7FFFFFFF) % 10**6:06d}"
 
 
-def _agent_commands(port: int, agents_dir: Path) -> list[tuple[str, list[str]]]:
-    """One `steward-agent --fake` per simulated node, from the manifest the seed wrote."""
+def month_starts(now: datetime) -> tuple[datetime, datetime]:
+    """The first instants (UTC) of the previous and of the current calendar month."""
+    current = datetime(now.year, now.month, 1, tzinfo=UTC)
+    previous = datetime(now.year - (now.month == 1), (now.month - 2) % 12 + 1, 1, tzinfo=UTC)
+    return previous, current
+
+
+def _iso(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _agent_commands(
+    port: int, agents_dir: Path, backfill: tuple[datetime, datetime | None]
+) -> list[tuple[str, list[str]]]:
+    """One `steward-agent --fake` per simulated node, from the manifest the seed wrote.
+
+    Each backfills from ``backfill[0]`` (resuming after the last window it sealed on an earlier
+    run) to ``backfill[1]`` and exits once delivered, or with no end, catches up to now and
+    goes on live.
+    """
     agent = Path(sys.executable).with_name("steward-agent")
     if not agent.exists():
         raise SystemExit(f"{agent} is missing: run `make install` (it installs steward-agent).")
@@ -84,7 +112,10 @@ def _agent_commands(port: int, agents_dir: Path) -> list[tuple[str, list[str]]]:
         command = [
             str(agent), "--fake", entry["scenario"], "--server", f"http://127.0.0.1:{port}",
             "--key-file", entry["key_file"], "--spool", entry["spool"], "--log-level", "WARNING",
+            "--backfill-from", _iso(backfill[0]),
         ]  # fmt: skip
+        if backfill[1] is not None:
+            command += ["--backfill-until", _iso(backfill[1]), "--drain-timeout", "3600"]
         if entry["bootstrap_token"]:
             command += ["--bootstrap-token", entry["bootstrap_token"]]
         commands.append((f"agent {entry['hostname']}", command))
@@ -103,7 +134,7 @@ def _wait_until_serving(port: int, children: list[tuple[str, subprocess.Popen[by
             time.sleep(0.5)
 
 
-def _banner(port: int, agents: int) -> str:
+def _banner(port: int, agents: int, previous: datetime, current: datetime) -> str:
     logins = "\n".join(f"    {role:<30} {email}" for role, email in DEMO_LOGINS)
     return (
         f"\n  Steward demo is running.\n\n"
@@ -111,7 +142,11 @@ def _banner(port: int, agents: int) -> str:
         f"    operator console   http://127.0.0.1:{port}/admin/\n"
         f"    health             http://127.0.0.1:{port}/readyz\n"
         f"    ingest health      http://127.0.0.1:{port}/admin/telemetry/nodestatus/ingest-health/\n\n"
-        f"  {agents} simulated GPU nodes (steward-agent --fake) send telemetry every minute.\n\n"
+        f"  {agents} simulated GPU nodes (steward-agent --fake) first backfill {previous:%B %Y}\n"
+        f"  through the real ingest path (agent → signed batch → endpoint → worker); then\n"
+        f"  {previous:%B %Y} is closed and its statements published (oscar requests, olga\n"
+        f"  approves) — watch for 'demo: {previous:%B %Y} is closed'. The nodes then backfill\n"
+        f"  {current:%B} to date and go on live. Progress is printed here as it goes.\n\n"
         f"  Logins (password for all: {DEMO_PASSWORD}):\n{logins}\n\n"
         f"  The operator console asks oscar and olga for a second factor (publishing a\n"
         f"  statement takes two operators; in the demo both use this authenticator secret):\n"
@@ -155,16 +190,26 @@ def main() -> int:
         _manage("migrate", "--noinput", env=env)
         agents_dir = var_dir / "demo-agents"
         _manage("seed_demo", "--agents-dir", str(agents_dir), env=env)
-        children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        previous, current = month_starts(datetime.now(UTC))
+        children: list[tuple[str, subprocess.Popen[bytes]]] = []  # must keep running
+        backfill: list[tuple[str, subprocess.Popen[bytes]]] = []  # phase 1: exit when done
+
+        def start(name: str, command: list[str]) -> tuple[str, subprocess.Popen[bytes]]:
+            # Own process group: Ctrl-C reaches only us, and we stop children in order.
+            return name, subprocess.Popen(command, env=env, start_new_session=True)
+
         try:
             for name, command in _processes(port, var_dir):
-                # Own process group: Ctrl-C reaches only us, and we stop children in order.
-                children.append((name, subprocess.Popen(command, env=env, start_new_session=True)))
+                children.append(start(name, command))
             _wait_until_serving(port, children)
-            agents = _agent_commands(port, agents_dir)
-            for name, command in agents:
-                children.append((name, subprocess.Popen(command, env=env, start_new_session=True)))
-            print(_banner(port, len(agents)), flush=True)
+            began = time.monotonic()
+            agents = _agent_commands(port, agents_dir, (previous, current))
+            backfill = [start(name, command) for name, command in agents]
+            close = [PYTHON, str(BASE_DIR / "manage.py"), "demo_close_period"]
+            close += ["--month", f"{previous:%Y-%m}", "--wait", "3600", "--every", "15"]
+            backfill.append(start("demo_close_period", close))
+            print(_banner(port, len(agents), previous, current), flush=True)
+            live = False
             while not stopping:
                 exited = [
                     (name, child.returncode) for name, child in children if child.poll() is not None
@@ -172,11 +217,33 @@ def main() -> int:
                 if exited:
                     print(f"demo: {exited[0][0]} exited with {exited[0][1]}; stopping", flush=True)
                     return 1
+                failed = [(n, c.returncode) for n, c in backfill if c.poll() not in (None, 0)]
+                if failed and not live:
+                    for _name, child in backfill:  # the close would wait for them in vain
+                        if child.poll() is None:
+                            child.terminate()
+                if not live and all(child.poll() is not None for _, child in backfill):
+                    if failed:
+                        print(
+                            f"demo: {failed[0][0]} exited with {failed[0][1]}; {previous:%B %Y} "
+                            "was not closed (see above). The nodes go on live.",
+                            flush=True,
+                        )
+                    else:
+                        print(
+                            f"demo: {previous:%B %Y} backfilled, closed and published "
+                            f"{time.monotonic() - began:.0f} s after the portal came up; the "
+                            f"nodes now backfill {current:%B} to date, then go on live.",
+                            flush=True,
+                        )
+                    for name, command in _agent_commands(port, agents_dir, (current, None)):
+                        children.append(start(name, command))
+                    live = True
                 time.sleep(0.5)
             print("demo: stopping…", flush=True)
             return 0
         finally:
-            _stop(children)
+            _stop(children + backfill)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,7 @@ def seed_demo(*, password: str) -> dict[str, object]:
     gpus = _fleet(operator=oscar, alice=alice_co, bob=bob_owner)
     return {
         "operator": oscar,
+        "second_operator": olga,
         "owners": [alice_co, bob_owner],
         "partner": partner,
         "gpus": gpus,

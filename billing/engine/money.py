@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import decimal
-import math
 from collections.abc import Hashable, Iterator, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal
-from fractions import Fraction
 
 CENT = Decimal("0.01")
 
@@ -68,13 +66,31 @@ def split_largest_remainder[K: Hashable](
 
     sign = 1 if total > 0 else -1
     units = int(abs(total) / quantum)  # whole quanta to hand out
-    # Exact rational shares: Decimal division would round at its precision, and a share of
-    # 2.999… rounded up to 3 would hand out more quanta than there are.
-    exact = [Fraction(units) * Fraction(w) / Fraction(weight_sum) for w in amounts]
-    floors = [math.floor(share) for share in exact]
-    remainders = [share - floor for share, floor in zip(exact, floors, strict=True)]
+    # Exact shares in integers: the weights scaled to whole numbers keep their ratios and
+    # their order, so with S their sum, party i gets floor(units × wᵢ / S) quanta and a
+    # remainder rᵢ / S — all remainders over one denominator compare as integers. (Decimal
+    # division would round at its precision: a share of 2.999… rounded up to 3 would hand out
+    # more quanta than there are.)
+    scaled = _integer_weights(amounts)
+    weight_total = sum(scaled)
+    floors: list[int] = []
+    remainders: list[int] = []
+    for w in scaled:
+        floor, remainder = divmod(units * w, weight_total)
+        floors.append(floor)
+        remainders.append(remainder)
     leftover = units - sum(floors)
-    order = sorted(range(len(keys)), key=lambda i: (-remainders[i], -amounts[i], i))
+    order = sorted(range(len(keys)), key=lambda i: (-remainders[i], -scaled[i], i))
     for i in order[:leftover]:
         floors[i] += 1
     return {key: (sign * floors[i]) * quantum for i, key in enumerate(keys)}
+
+
+def _integer_weights(weights: Sequence[Decimal]) -> list[int]:
+    """Non-negative finite Decimals × one power of ten, as exact integers."""
+    parts = [w.as_tuple() for w in weights]
+    shift = max((-int(p.exponent) for p in parts), default=0)
+    shift = max(shift, 0)
+    return [
+        int("".join(map(str, p.digits)) or "0") * 10 ** (int(p.exponent) + shift) for p in parts
+    ]

@@ -31,7 +31,7 @@ from .xid import classify_xid
 log = logging.getLogger(__name__)
 
 _KNOWN_KEY = "gpus.known"
-_LAST_WINDOW_KEY = "window.last"
+LAST_WINDOW_KEY = "window.last"
 _KMSG_KEY = "kmsg.cursor"
 
 
@@ -45,6 +45,9 @@ class AgentConfig:
     event_poll_s: float = 1.0
     enumerate_every_s: float = 60.0
     xid_dedupe_s: float = 10.0
+    # Seal a batch once this many windows are pending (0: every tick). A backfill uses big
+    # batches: fewer requests and worker claims for the same windows. Events seal at once.
+    batch_windows: int = 0
 
 
 class Agent:
@@ -69,7 +72,7 @@ class Agent:
         # What each GPU does not support, by UUID: outlives handles, re-init and enumeration.
         self.unsupported: dict[str, set[str]] = {}
         self.known: dict[str, dict[str, Any]] = spool.get_state(_KNOWN_KEY) or {}
-        self.last_window: dict[str, int] = spool.get_state(_LAST_WINDOW_KEY) or {}
+        self.last_window: dict[str, int] = spool.get_state(LAST_WINDOW_KEY) or {}
         self.by_handle: dict[int, str] = {}
         self.by_pci: dict[tuple[int, int, int], str] = {}
         self.pending_events: list[AgentEvent] = []
@@ -135,12 +138,22 @@ class Agent:
             if delay > 0:
                 self.clock.wait(stop, delay)
 
+    def reconfigure(self, config: AgentConfig) -> None:
+        """Seal what is pending and use `config` from now on (a backfill going live): sampling
+        resumes at the next slot of the new interval; windows already open keep their counts.
+        """
+        self.flush()
+        self.config = config
+        now = self.clock.now()
+        interval = config.interval_s
+        self.next_slot = (int(now // interval) + (0 if now % interval == 0 else 1)) * interval
+
     def shutdown(self) -> None:
         """Seal what was sampled so far (partial windows say how many slots they covered)."""
         for track in self.tracks.values():
             if track.window is not None and track.window.samples_expected:
                 self._seal_window(track)
-        self._flush(self.clock.now())
+        self._flush(self.clock.now(), force=True)
         for track in self.tracks.values():
             track.watchdog.close()
         self.node_wd.close()
@@ -484,8 +497,16 @@ class Agent:
         self.pending_windows.append(window.wire())
         self.last_window[track.uuid] = window.start
 
-    def _flush(self, now: float) -> None:
+    def flush(self) -> None:
+        """Seal whatever is pending now, however few windows (end of a backfill, shutdown)."""
+        self._flush(self.clock.now(), force=True)
+
+    def _flush(self, now: float, *, force: bool = False) -> None:
         if not self.pending_windows and not self.pending_events:
+            return
+        if not (force or self.pending_events) and (
+            len(self.pending_windows) < self.config.batch_windows
+        ):
             return
         windows, events = self.pending_windows, [e.to_wire() for e in self.pending_events]
         uuids = {w["gpu_uuid"] for w in windows} | {e["gpu_uuid"] for e in events}
@@ -507,7 +528,7 @@ class Agent:
                 events=events + extra,
             )
 
-        state: dict[str, Any] = {_LAST_WINDOW_KEY: self.last_window}
+        state: dict[str, Any] = {LAST_WINDOW_KEY: self.last_window}
         if self._known_dirty:
             state[_KNOWN_KEY] = self.known
         if self.kernel_log is not None:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .agent import Agent, AgentConfig
-from .clock import Clock, RealClock, ScaledClock
+from .agent import LAST_WINDOW_KEY, Agent, AgentConfig
+from .clock import CatchUpClock, Clock, RealClock, ScaledClock
 from .credentials import (
     CredentialSource,
     EnrolmentRejected,
@@ -24,7 +24,7 @@ from .credentials import (
 )
 from .kmsg import KernelLogReader
 from .spool import Spool
-from .timefmt import parse_rfc3339
+from .timefmt import parse_rfc3339, rfc3339_seconds
 from .transport import HttpTransport
 from .uploader import Uploader
 from .windows import window_start
@@ -57,7 +57,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="fake clock start (RFC 3339, or 'scenario'); default: now, or now - duration "
         "when --speed > 1 so that a fast run fills the recent past",
     )
-    p.add_argument("--duration", type=_duration, help="stop after this much agent time (1h)")
+    p.add_argument(
+        "--duration",
+        type=_duration,
+        help="stop after this much agent time (1h); with --backfill-from, of live time after it",
+    )
+    p.add_argument(
+        "--backfill-from",
+        metavar="WHEN",
+        help="with --fake: start the simulated node at WHEN (RFC 3339, in the past), sample "
+        "history as fast as the machine allows, then go on live",
+    )
+    p.add_argument(
+        "--backfill-until",
+        metavar="WHEN",
+        help="with --backfill-from: stop there (RFC 3339), deliver and exit instead of going live",
+    )
+    p.add_argument(
+        "--backfill-interval",
+        type=float,
+        default=60.0,
+        help="sampling interval while backfilling, seconds (default 60: one sample a window)",
+    )
+    p.add_argument(
+        "--backfill-batch",
+        type=int,
+        default=2000,
+        help="windows per batch while backfilling (default 2000)",
+    )
     p.add_argument("--once", action="store_true", help="sample one window, deliver, exit")
     p.add_argument("--interval", type=float, default=5.0, help="sampling interval, seconds")
     p.add_argument(
@@ -79,6 +106,8 @@ def _agent_clock(args: argparse.Namespace, scenario: Any) -> Clock:
     if args.fake is None:
         return RealClock()
     now = time.time()
+    if args.backfill_from:
+        return CatchUpClock(float(window_start(parse_rfc3339(args.backfill_from))))
     if args.start == "scenario":
         start = scenario.start
     elif args.start:
@@ -102,6 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.server is None:
         log.error("--server is required")
         return 2
+    if args.backfill_from and (
+        not args.fake or args.once or args.start or args.speed != 1.0 or args.enrol_only
+    ):
+        log.error("--backfill-from needs --fake and excludes --once, --start, --speed")
+        return 2
+    if args.backfill_until and not args.backfill_from:
+        log.error("--backfill-until needs --backfill-from")
+        return 2
     scenario = None
     if args.fake:
         from .fake import load_scenario
@@ -119,15 +156,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     clock = _agent_clock(args, scenario)
+    max_age_s = args.spool_max_age_h * 3600
     if scenario is not None:
-        scenario.start = clock.now()  # fault offsets count from the simulated node's start
-    nvml, kmsg_path = _nvml_and_kmsg(args, scenario, clock)
+        # Fault offsets count from the simulated node's start; a backfill's history is clean
+        # and its faults happen once it is live.
+        scenario.start = time.time() if isinstance(clock, CatchUpClock) else clock.now()
+    if isinstance(clock, CatchUpClock):
+        # Batches are aged by the simulated clock: history must not expire while it is sent.
+        max_age_s += time.time() - clock.now()
     spool = Spool(
         args.spool,
         clock=clock,
         max_bytes=int(args.spool_max_mb * 1024 * 1024),
-        max_age_s=args.spool_max_age_h * 3600,
+        max_age_s=max_age_s,
     )
+    if isinstance(clock, CatchUpClock):
+        # A rerun resumes after the last window it sealed instead of sampling it all again.
+        sealed = spool.get_state(LAST_WINDOW_KEY) or {}
+        if sealed:
+            clock.skip_to(float(max(sealed.values()) + 60))
+    nvml, kmsg_path = _nvml_and_kmsg(args, scenario, clock)
     kernel_log = None
     if kmsg_path is not None:
         try:
@@ -139,6 +187,16 @@ def main(argv: list[str] | None = None) -> int:
                 "cannot read kernel log %s (%s); XIDs from NVML events only", kmsg_path, exc
             )
     config = AgentConfig(hostname=args.hostname, interval_s=args.interval)
+    live_config = config
+    if isinstance(clock, CatchUpClock):
+        step = args.backfill_interval
+        config = AgentConfig(
+            hostname=args.hostname,
+            interval_s=step,
+            event_poll_s=step,
+            enumerate_every_s=max(step, 3600.0),
+            batch_windows=args.backfill_batch,
+        )
     agent = Agent(nvml=nvml, clock=clock, spool=spool, config=config, kernel_log=kernel_log)
     real = RealClock()  # the server's clock: request timestamps and retry waits are real
     creds = CredentialSource(
@@ -153,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     uploader = Uploader(spool=spool, transport=transport, credentials=creds, clock=real)
     agent.on_batch = uploader.wake.set
-    return _run(args, agent, uploader, clock)
+    return _run(args, agent, uploader, clock, live_config)
 
 
 def _nvml_and_kmsg(args: argparse.Namespace, scenario: Any, clock: Clock) -> tuple[Any, str | None]:
@@ -171,7 +229,42 @@ def _nvml_and_kmsg(args: argparse.Namespace, scenario: Any, clock: Clock) -> tup
     return fake, kmsg
 
 
-def _run(args: argparse.Namespace, agent: Agent, uploader: Uploader, clock: Clock) -> int:
+def _backfill(
+    agent: Agent,
+    clock: CatchUpClock,
+    stop: threading.Event,
+    live: AgentConfig,
+    until: float | None,
+) -> bool:
+    """Samples history up to `until`, or else up to the current minute (which keeps moving)
+    and then goes live; True if it went live."""
+    began, first = time.monotonic(), clock.now()
+    while not stop.is_set():
+        target = float(window_start(time.time()))
+        if until is not None:
+            target = min(target, until)
+        if clock.now() >= target:
+            break
+        agent.run(stop, until=min(target, clock.now() + 86_400))
+        log.info("backfilled to %s", rfc3339_seconds(clock.now()))
+    log.info(
+        "backfilled %.1f days in %.1f s", (clock.now() - first) / 86_400, time.monotonic() - began
+    )
+    if stop.is_set() or until is not None:
+        return False
+    clock.go_live()
+    agent.reconfigure(live)
+    log.info("live from now")
+    return True
+
+
+def _run(
+    args: argparse.Namespace,
+    agent: Agent,
+    uploader: Uploader,
+    clock: Clock,
+    live: AgentConfig | None = None,
+) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -192,7 +285,13 @@ def _run(args: argparse.Namespace, agent: Agent, uploader: Uploader, clock: Cloc
     sender.start()
     log.info("agent %s started (%s)", __version__, f"fake: {args.fake}" if args.fake else "pynvml")
     try:
-        agent.run(stop, until=until)
+        if isinstance(clock, CatchUpClock):
+            end = parse_rfc3339(args.backfill_until) if args.backfill_until else None
+            if _backfill(agent, clock, stop, live or agent.config, end):
+                until = None if args.duration is None else clock.now() + args.duration
+                agent.run(stop, until=until)
+        else:
+            agent.run(stop, until=until)
     finally:
         agent.shutdown()
         stop.set()

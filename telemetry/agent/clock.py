@@ -102,3 +102,52 @@ class ScaledClock:
 
     def wait(self, event: threading.Event, timeout: float) -> bool:
         return event.wait(max(0.0, timeout) / self._speed)
+
+
+class CatchUpClock:
+    """A simulated node's time: starts in the past and runs as fast as the work allows, then,
+    once `go_live()` is called (the caller has caught up with real time), follows the
+    system clock. The demo uses it to backfill weeks of history before going live.
+
+    While catching up, sleeping and waiting advance it at once, never past real time.
+    """
+
+    def __init__(self, start: float) -> None:
+        if start > time.time():
+            raise ValueError("a backfill starts in the past")
+        self._now = float(start)
+        self._live = False
+        self._lock = threading.Lock()
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    def skip_to(self, when: float) -> None:
+        """Moves forward to `when` (never back, never past real time) before anything runs."""
+        with self._lock:
+            self._now = max(self._now, min(float(when), time.time()))
+
+    def go_live(self) -> None:
+        self._live = True
+
+    def now(self) -> float:
+        if self._live:
+            return time.time()
+        with self._lock:
+            return self._now
+
+    def sleep(self, seconds: float) -> None:
+        if self._live:
+            RealClock().sleep(seconds)
+        elif seconds > 0:
+            with self._lock:
+                self._now = min(self._now + seconds, max(self._now, time.time()))
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        if self._live:
+            return event.wait(max(0.0, timeout))
+        if event.is_set():
+            return True
+        self.sleep(timeout)
+        return event.is_set()

@@ -73,6 +73,13 @@ class _Gauge:
         """
         if self.n == 0:
             return None
+        if self.total % self.n == 0:
+            # A whole mean (always so for one sample a window) needs no rounding: the same
+            # values as below, without building fractions.
+            whole = self.total // self.n
+            if scale == 1:
+                return {"min": self.lo, "avg": float(whole), "max": self.hi}
+            return {"min": self.lo / scale, "avg": whole / scale, "max": self.hi / scale}
         mean = Fraction(self.total, self.n)
         if scale == 1:
             return {"min": self.lo, "avg": float(round(mean, 3)), "max": self.hi}
@@ -164,6 +171,8 @@ def _int_gauge(gauge: _Gauge) -> dict[str, float | int] | None:
     """Byte gauges: the average is rounded to a whole byte (half to even)."""
     if gauge.n == 0:
         return None
+    if gauge.total % gauge.n == 0:
+        return {"min": gauge.lo, "avg": gauge.total // gauge.n, "max": gauge.hi}
     return {"min": gauge.lo, "avg": round(Fraction(gauge.total, gauge.n)), "max": gauge.hi}
 
 

@@ -69,3 +69,4 @@ def test_demo_seed_is_idempotent():
     assert User.objects.count() == 5  # oscar, olga, alice, bob, carol
     assert Owner.objects.count() == 2
     assert User.objects.get(email="oscar@steward.example").is_staff is True
+    assert User.objects.get(email="olga@steward.example").is_staff is True

@@ -113,3 +113,59 @@ def test_a_fake_node_enrols_as_its_scenario_s_host(tmp_path, live_steward):
     assert result.returncode == 0, result.stderr
     (enrol,) = [r for r in live_steward.received if r.path == "/api/v1/agents/enrol"]
     assert b'"hostname": "gpu-node-02"' in enrol.body  # the scenario's [node] hostname
+
+
+def _minute_iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts - ts % 60))
+
+
+def test_backfill_samples_history_once_a_minute_in_big_batches_and_resumes(tmp_path, live_steward):
+    now = time.time()
+    key, spool = str(tmp_path / "node.key"), str(tmp_path / "spool.db")
+    common = [
+        "--fake", "h100x8-gpu-lost", "--server", live_steward.url, "--key-file", key,
+        "--spool", spool, "--backfill-from", _minute_iso(now - 3 * 3600),
+        "--backfill-batch", "400",
+    ]  # fmt: skip
+    first = run_agent(
+        *common, "--bootstrap-token", "boot-token-1", "--backfill-until", _minute_iso(now - 3600)
+    )
+    assert first.returncode == 0, first.stderr
+    windows = live_steward.windows()
+    assert len(windows) == 8 * 120  # two hours of eight GPUs, every minute
+    assert {w["samples_expected"] for w in windows} == {1}
+    assert {w["samples_ok"] for w in windows} == {1}
+    # The scenario's card falls off the bus 12 minutes after the node starts: faults count
+    # from going live, so the backfilled history is clean.
+    assert {w["state"] for w in windows} == {"up"}
+    committed = [live_steward.committed[bid] for bid in live_steward.commit_order]
+    sizes = sorted(len(doc["windows"]) for doc in committed if doc["windows"])
+    assert sizes == [160, 400, 400]  # sealed every 400 windows, the rest at the end
+    assert max(w["window_start"] for w in windows) == _minute_iso(now - 3600 - 60)
+
+    # Run again to a later end: it resumes after the last window it sealed.
+    again = run_agent(*common, "--backfill-until", _minute_iso(now - 1800))
+    assert again.returncode == 0, again.stderr
+    later = live_steward.windows()
+    assert len(later) == 8 * 150
+    assert len({(w["gpu_uuid"], w["window_start"]) for w in later}) == len(later)
+
+
+def test_backfill_catches_up_with_now_then_goes_live(tmp_path, live_steward):
+    now = time.time()
+    result = run_agent(
+        "--fake", "h100x8", "--server", live_steward.url, "--bootstrap-token", "boot-token-1",
+        "--key-file", str(tmp_path / "node.key"), "--spool", str(tmp_path / "spool.db"),
+        "--backfill-from", _minute_iso(now - 600), "--duration", "0s", "--log-level", "INFO",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "live from now" in result.stderr
+    per_gpu: dict[str, list[str]] = {}
+    for w in live_steward.windows():
+        per_gpu.setdefault(w["gpu_uuid"], []).append(w["window_start"])
+    assert len(per_gpu) == 8
+    for starts in per_gpu.values():
+        # Every minute from the start to the minute it went live, once each.
+        assert starts[0] == _minute_iso(now - 600)
+        assert len(starts) == len(set(starts)) >= 10
+        assert max(starts) <= _minute_iso(time.time())

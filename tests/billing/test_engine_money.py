@@ -114,3 +114,44 @@ def test_split_always_sums_to_the_whole_to_the_cent(total, weights):
             ctx.prec = 60
             for i, w in named:
                 assert abs(parts[i] - total * Decimal(w) / weight_sum) < Decimal("0.01")
+
+
+def _split_by_fractions(total, weights):
+    """The split as first written, with exact rationals: the reference for the integer one."""
+    import math
+    from fractions import Fraction
+
+    amounts = [Decimal(w) for _, w in weights]
+    weight_sum = sum(amounts, Decimal(0))
+    if total == 0:
+        return {key: Decimal("0.00") for key, _ in weights}
+    sign = 1 if total > 0 else -1
+    units = int(abs(total) / Decimal("0.01"))
+    exact = [Fraction(units) * Fraction(w) / Fraction(weight_sum) for w in amounts]
+    floors = [math.floor(share) for share in exact]
+    remainders = [share - floor for share, floor in zip(exact, floors, strict=True)]
+    order = sorted(range(len(weights)), key=lambda i: (-remainders[i], -amounts[i], i))
+    for i in order[: units - sum(floors)]:
+        floors[i] += 1
+    return {key: (sign * floors[i]) * Decimal("0.01") for i, (key, _) in enumerate(weights)}
+
+
+long_weight = st.one_of(
+    weight,
+    # What the engine passes: exact rationals as Decimals of 38 significant digits.
+    st.fractions(min_value=0, max_value=10**6, max_denominator=10**9).map(
+        lambda f: Decimal(f.numerator) / Decimal(f.denominator)
+    ),
+    st.integers(min_value=0, max_value=9).map(lambda n: Decimal(n).scaleb(3)),
+)
+
+
+@given(total=cents, weights=st.lists(long_weight, min_size=1, max_size=40))
+def test_integer_split_equals_the_split_by_exact_rationals(total, weights):
+    named = [(i, w) for i, w in enumerate(weights)]
+    if sum(Decimal(w) for w in weights) == 0 and total != 0:
+        return
+    with money_context():
+        parts = split_largest_remainder(total, named)
+    expected = _split_by_fractions(total, named)
+    assert [str(parts[k]) for k, _ in named] == [str(expected[k]) for k, _ in named]
