@@ -101,8 +101,19 @@ def period_close_run(*, period: Period) -> CloseRun:
 
 
 def period_close(*, period: Period, by: User) -> CloseRun:
-    """open → closing, then the drafts."""
-    return period_close_run(period=period_close_start(period=period, by=by))
+    """open → closing, then the drafts. When the drafts cannot be computed (bad input: a
+    pool with nothing to split it by, revenue in a currency a co-owner is not billed in),
+    the period goes back to open, so the operator can correct what the error names."""
+    started = period_close_start(period=period, by=by)
+    try:
+        return period_close_run(period=started)
+    except ValidationError:
+        with transaction.atomic():
+            if not Statement.objects.filter(period=started).exists():
+                Period.objects.filter(pk=started.pk, status=Period.Status.CLOSING).update(
+                    status=Period.Status.OPEN, closing_started_at=None
+                )
+        raise
 
 
 def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> CloseRun:

@@ -181,9 +181,22 @@ def _cluster_lines(
                 )
             )
         pool_amount = prepared.pools.get(currency) or Decimal("0.00")
-        parts = pool_split(
-            period=window, gpus=[g for _, g in inputs], pool_amount=pool_amount, pool_basis=basis
-        )
+        try:
+            parts = pool_split(
+                period=window,
+                gpus=[g for _, g in inputs],
+                pool_amount=pool_amount,
+                pool_basis=basis,
+            )
+        except ValueError as exc:  # every GPU's weight is zero: nothing to split the pool by
+            raise ValidationError(
+                {
+                    "pool": f"The {currency} {pool_amount} pool of cluster {prepared.cluster} "
+                    f"in {period} cannot be split: no GPU of the cluster has any "
+                    f"{'up time' if basis == PoolBasis.UP_SECONDS else 'busy GPU-hours'} in "
+                    "the period to split it by. Correct or remove the pool entry."
+                }
+            ) from exc
         for fact, gpu in inputs:
             if not gpu.ownership:
                 continue  # no owner billed in this currency: the operator's alone

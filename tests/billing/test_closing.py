@@ -11,7 +11,7 @@ from django.db import DatabaseError, connection
 from billing.models import Period, Statement, StatementLine
 from billing.services.closing import period_close, period_close_run, period_close_start
 from billing.services.periods import period_for_month
-from billing.services.revenue import rental_create
+from billing.services.revenue import pool_add, rental_create
 from fleet.models import Gpu
 from telemetry.models import IngestBatch
 from tests.billing import scenario as s
@@ -224,3 +224,31 @@ def test_maintenance_overlapping_an_operator_incident_at_the_data_level(oscar, d
     # The rental earns on up seconds only: 740 h × 1.00; hosting waived for the incident's
     # 3 h (the maintenance overlap included): 100 × 2,667,600 / 2,678,400 = 99.5967… → 99.60.
     assert (line.gross, line.hosting_fee) == (D("740.00"), D("99.60"))
+
+
+def test_a_pool_over_a_cluster_with_no_up_time_is_refused_clearly(oscar, disclosure):
+    """No GPU of the cluster was up in March (no telemetry): the pool has nothing to be split
+    by, and the close says so instead of failing inside the arithmetic."""
+    f = s.fleet()
+    gpu = s.gpu(f, "SN-1", slot=0)
+    s.own(gpu, s.owner("Alice Compute Ltd"), 10_000, s.EPOCH)
+    s.card(f, oscar)
+    period = period_for_month(year=2026, month=3)
+    pool_add(
+        cluster=f.cluster,
+        period=period,
+        amount=D("1000.00"),
+        currency="EUR",
+        description="March pool",
+        by=oscar,
+    )
+    with pytest.raises(ValidationError) as refused:
+        period_close(period=period, by=oscar)
+    assert refused.value.message_dict["pool"] == [
+        f"The EUR 1000.00 pool of cluster {f.cluster} in {period} cannot be split: no GPU of "
+        "the cluster has any up time in the period to split it by. Correct or remove the pool "
+        "entry."
+    ]
+    assert not Statement.objects.exists()
+    period.refresh_from_db()
+    assert period.status == Period.Status.OPEN
