@@ -66,3 +66,33 @@ def post(client: Client) -> Callable[..., Any]:
         return client.post(BATCHES_PATH, data=body, content_type=content_type, headers=headers)
 
     return _post
+
+
+@pytest.fixture
+def no_queued_passes(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """These tests stage races between the window path and passes by hand: keep the session's
+    Celery worker (if one runs) out of them. Batches stored and chunks committed here queue no
+    task, and any pass queued or in flight from an earlier test is waited for (its kick flag
+    gone, the pass lock free)."""
+    import time
+
+    from django.core.cache import cache
+    from django.db import connection
+
+    from telemetry.dispatch import DERIVED_KICK_KEY
+    from telemetry.services import ingest, processing
+    from telemetry.services.derived import PASS_LOCK
+
+    monkeypatch.setattr(processing, "derived_kick", lambda: None)
+    monkeypatch.setattr(ingest, "processing_kick", lambda: None)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [PASS_LOCK])
+            (free,) = cursor.fetchone()
+            if free:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [PASS_LOCK])
+        if free and cache.get(DERIVED_KICK_KEY) is None:
+            return
+        time.sleep(0.1)
+    raise AssertionError("a derived pass queued by an earlier test never finished")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
-from typing import Any
 
 import psycopg
 import pytest
@@ -52,34 +51,6 @@ def rollup_rows():
 
 def transition_rows():
     return sorted(GpuStateTransition.objects.values_list("gpu_id", "state", "at", "reason"))
-
-
-@pytest.fixture
-def no_queued_passes(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """These tests stage races between the window path and passes by hand: keep the session's
-    Celery worker (if one runs) out of them. Batches stored and chunks committed here queue no
-    task, and any pass queued or in flight from an earlier test is waited for (its kick flag
-    gone, the pass lock free)."""
-    import time
-
-    from django.core.cache import cache
-
-    from telemetry.dispatch import DERIVED_KICK_KEY
-    from telemetry.services import ingest, processing
-
-    monkeypatch.setattr(processing, "derived_kick", lambda: None)
-    monkeypatch.setattr(ingest, "processing_kick", lambda: None)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [PASS_LOCK])
-            (free,) = cursor.fetchone()
-            if free:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [PASS_LOCK])
-        if free and cache.get(DERIVED_KICK_KEY) is None:
-            return
-        time.sleep(0.1)
-    raise AssertionError("a derived pass queued by an earlier test never finished")
 
 
 def side_connection() -> psycopg.Connection:

@@ -301,6 +301,7 @@ def test_incremental_rollups_equal_a_rebuild_after_out_of_order_delivery(node, p
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_queued_passes")  # the session's real worker must not take it
 def test_a_held_batch_is_skipped_and_a_lost_workers_batch_comes_back(node, post, settings):
     """Worker a (another connection) holds the batch in its chunk's transaction, with its
     claim row committed aside, as ``batches_process`` does; then its connection dies."""
@@ -319,16 +320,17 @@ def test_a_held_batch_is_skipped_and_a_lost_workers_batch_comes_back(node, post,
             [batch.id],
         ).fetchone()
     worker_a = psycopg.connect(url)
-    worker_a.execute("SELECT 1 FROM telemetry_ingestbatch WHERE id = %s FOR UPDATE", [batch.id])
-    worker_a.execute("SELECT 1 FROM telemetry_ingestclaim WHERE id = %s FOR UPDATE", [claim_id])
+    try:
+        worker_a.execute("SELECT 1 FROM telemetry_ingestbatch WHERE id = %s FOR UPDATE", [batch.id])
+        worker_a.execute("SELECT 1 FROM telemetry_ingestclaim WHERE id = %s FOR UPDATE", [claim_id])
 
-    result = batches_process(worker="b")
-    assert (result.claimed, result.processed, result.reaped) == (0, 0, 0)
-    health = ingest_health(now=NOW)
-    assert (health.pending, health.in_flight, health.abandoned_claims) == (1, 1, 0)
-    assert [(w, n) for w, n, _ in health.workers] == [("a", 1)]
-
-    worker_a.close()  # killed: its transaction and its locks are gone, its claim row stays
+        result = batches_process(worker="b")
+        assert (result.claimed, result.processed, result.reaped) == (0, 0, 0)
+        health = ingest_health(now=NOW)
+        assert (health.pending, health.in_flight, health.abandoned_claims) == (1, 1, 0)
+        assert [(w, n) for w, n, _ in health.workers] == [("a", 1)]
+    finally:
+        worker_a.close()  # killed: its transaction and locks are gone, its claim row stays
     health = ingest_health(now=NOW)
     assert (health.pending, health.in_flight, health.abandoned_claims) == (1, 0, 1)
     result = batches_process(worker="b")
