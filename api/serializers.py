@@ -15,6 +15,7 @@ from rest_framework.settings import api_settings
 from accounts.models import Disclosure, Owner
 from billing.engine.document import BASIS, NOT_GUARANTEED
 from billing.models import Payout, Statement, StatementLine
+from billing.models.statements import LINE_FIELDS
 from fleet.models import Gpu, Incident, LifecycleState, MaintenanceWindow, Ownership
 
 
@@ -186,30 +187,7 @@ def statement_basis(statement: Statement) -> dict[str, Any]:
 class StatementLineSerializer(serializers.ModelSerializer[StatementLine]):
     class Meta:
         model = StatementLine
-        fields = (
-            "position",
-            "kind",
-            "gpu_id",
-            "description",
-            "starts_at",
-            "ends_at",
-            "share_bps",
-            "in_service_s",
-            "up_s",
-            "down_s",
-            "maintenance_s",
-            "no_data_s",
-            "availability",
-            "utilization",
-            "busy_gpu_hours",
-            "energy_kwh",
-            "gross",
-            "hosting_fee",
-            "power_cost",
-            "management_fee",
-            "net",
-            "corrects_line_id",
-        )
+        fields = LINE_FIELDS
 
 
 class StatementSerializer(serializers.ModelSerializer[Statement]):

@@ -83,6 +83,34 @@ class Statement(models.Model):
         return f"{self.owner_id} {self.period_id} {self.currency} ({self.status})"
 
 
+# A statement line's published figures, in order: the columns of its CSV and JSON, the
+# API's line fields, and what the close writes (after the statement id).
+LINE_FIELDS: tuple[str, ...] = (
+    "position",
+    "kind",
+    "gpu_id",
+    "description",
+    "starts_at",
+    "ends_at",
+    "share_bps",
+    "in_service_s",
+    "up_s",
+    "down_s",
+    "maintenance_s",
+    "no_data_s",
+    "availability",
+    "utilization",
+    "busy_gpu_hours",
+    "energy_kwh",
+    "gross",
+    "hosting_fee",
+    "power_cost",
+    "management_fee",
+    "net",
+    "corrects_line_id",
+)
+
+
 class StatementLine(models.Model):
     """A GPU line (owner's run of constant share) or an adjustment line."""
 

@@ -24,35 +24,11 @@ from billing.engine.document import BASIS, NOT_GUARANTEED
 from billing.engine.intervals import Interval, intersect
 from billing.engine.usage import exact_decimal
 from billing.models import Statement, StatementLine
+from billing.models.statements import LINE_FIELDS
 
 SIX = Decimal("0.000001")
 DAY = timedelta(days=1)
 
-# The columns of a statement line, in the CSV and the JSON (the API's line fields too).
-LINE_FIELDS: tuple[str, ...] = (
-    "position",
-    "kind",
-    "gpu_id",
-    "description",
-    "starts_at",
-    "ends_at",
-    "share_bps",
-    "in_service_s",
-    "up_s",
-    "down_s",
-    "maintenance_s",
-    "no_data_s",
-    "availability",
-    "utilization",
-    "busy_gpu_hours",
-    "energy_kwh",
-    "gross",
-    "hosting_fee",
-    "power_cost",
-    "management_fee",
-    "net",
-    "corrects_line_id",
-)
 COST_LABELS = {
     "hosting_fee": "hosting fee",
     "power_cost": "power cost",

@@ -23,6 +23,7 @@ from django.utils import timezone
 from accounts import selectors as accounts_selectors
 from accounts.models import Disclosure, User
 from billing.models import Period, Statement, StatementLine
+from billing.models.statements import LINE_FIELDS
 from billing.selectors.pending import telemetry_pending
 from billing.services.computing import Draft, StatementKey, statements_compute
 
@@ -234,31 +235,7 @@ def _statement_row(
     )
 
 
-_LINE_COLUMNS = (
-    "statement_id",
-    "position",
-    "kind",
-    "gpu_id",
-    "description",
-    "starts_at",
-    "ends_at",
-    "share_bps",
-    "in_service_s",
-    "up_s",
-    "down_s",
-    "maintenance_s",
-    "no_data_s",
-    "availability",
-    "utilization",
-    "busy_gpu_hours",
-    "energy_kwh",
-    "gross",
-    "hosting_fee",
-    "power_cost",
-    "management_fee",
-    "net",
-    "corrects_line_id",
-)
+_LINE_COLUMNS = ("statement_id", *LINE_FIELDS)
 
 
 def _line_rows(statement_id: uuid.UUID, draft: Draft) -> list[tuple[Any, ...]]:
