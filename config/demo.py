@@ -117,7 +117,7 @@ def _agent_commands(
         if backfill[1] is not None:
             command += ["--backfill-until", _iso(backfill[1]), "--drain-timeout", "3600"]
         if entry["bootstrap_token"]:
-            command += ["--bootstrap-token", entry["bootstrap_token"]]
+            command += [f"--bootstrap-token={entry['bootstrap_token']}"]
         commands.append((f"agent {entry['hostname']}", command))
     return commands
 

@@ -18,14 +18,19 @@ from fleet.models import Node
 from telemetry.keys import node_key_derive, node_key_sha256
 from telemetry.models import BootstrapToken, NodeCredential, NodeStatus
 
+BOOTSTRAP_TOKEN_PREFIX = "stb_"  # noqa: S105 - a public marker, not a secret
+
 
 def _token_sha256(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
 def bootstrap_token_issue(*, node: Node, by: User | None, ttl: dt.timedelta | None = None) -> str:
-    """A one-time token for node's agent; returned once, stored only as its SHA-256."""
-    token = secrets.token_urlsafe(32)
+    """A one-time token for node's agent; returned once, stored only as its SHA-256.
+
+    It starts with a fixed prefix: a bare URL-safe token starts with "-" one time in 64, and
+    ``steward-agent --bootstrap-token -…`` would then read it as an option."""
+    token = f"{BOOTSTRAP_TOKEN_PREFIX}{secrets.token_urlsafe(32)}"
     ttl = ttl or dt.timedelta(seconds=settings.TELEMETRY_BOOTSTRAP_TOKEN_TTL_S)
     BootstrapToken.objects.create(
         node=node,

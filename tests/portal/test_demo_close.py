@@ -42,7 +42,7 @@ def test_a_backfilled_month_is_closed_and_published_by_two_operators(
         [
             str(agent), "--fake", str(entry["scenario"]), "--server", live_server.url,
             "--key-file", str(entry["key_file"]), "--spool", str(entry["spool"]),
-            "--bootstrap-token", str(entry["bootstrap_token"]), "--log-level", "WARNING",
+            f"--bootstrap-token={entry['bootstrap_token']}", "--log-level", "WARNING",
             "--backfill-from", _iso(current - timedelta(hours=2)),
             "--backfill-until", _iso(current), "--backfill-batch", "400",
         ]

@@ -75,3 +75,10 @@ def test_re_enrolment_revokes_the_previous_key(bare_node, client):
             headers=headers,
         )
         assert response.status_code == status
+
+
+def test_a_token_never_looks_like_a_command_line_option(bare_node):
+    """A bare URL-safe token starts with "-" one time in 64; the agent's argument parser
+    would then take it for an option. Issued tokens carry a fixed prefix."""
+    tokens = [bootstrap_token_issue(node=bare_node, by=None) for _ in range(200)]
+    assert all(t.startswith("stb_") and len(t) == 47 for t in tokens)
