@@ -7,6 +7,7 @@ three downloads are renderings of one report, ``billing.reports.statement_report
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -31,6 +32,25 @@ from portal.access import statement_for_user, statements_for_user
 from portal.tables import Column, Table, fmt_bps, fmt_when
 from portal.views.common import earnings_view, the_user
 from portal.views.fleet import _page
+
+
+def _item(row: Any, key: str) -> Any:
+    return row[key]
+
+
+def _attr(row: Any, key: str) -> Any:
+    return getattr(row, key)
+
+
+def _hours_column(label: str, key: str, *, of: Callable[[Any, str], Any] = _item) -> Column:
+    """Seconds shown as hours, exported as the seconds themselves under ``key``."""
+    return Column(
+        label,
+        lambda row: of(row, key),
+        text=lambda row: hours(of(row, key)),
+        numeric=True,
+        csv_label=key,
+    )
 
 
 @earnings_view
@@ -170,41 +190,11 @@ def _lines_table(r: Report) -> Table:
                 numeric=True,
                 csv_label="share_bps",
             ),
-            Column(
-                "In service (h)",
-                lambda line: line["in_service_s"],
-                text=lambda line: hours(line["in_service_s"]),
-                numeric=True,
-                csv_label="in_service_s",
-            ),
-            Column(
-                "Up (h)",
-                lambda line: line["up_s"],
-                text=lambda line: hours(line["up_s"]),
-                numeric=True,
-                csv_label="up_s",
-            ),
-            Column(
-                "Down (h)",
-                lambda line: line["down_s"],
-                text=lambda line: hours(line["down_s"]),
-                numeric=True,
-                csv_label="down_s",
-            ),
-            Column(
-                "Maintenance (h)",
-                lambda line: line["maintenance_s"],
-                text=lambda line: hours(line["maintenance_s"]),
-                numeric=True,
-                csv_label="maintenance_s",
-            ),
-            Column(
-                "No data (h)",
-                lambda line: line["no_data_s"],
-                text=lambda line: hours(line["no_data_s"]),
-                numeric=True,
-                csv_label="no_data_s",
-            ),
+            _hours_column("In service (h)", "in_service_s"),
+            _hours_column("Up (h)", "up_s"),
+            _hours_column("Down (h)", "down_s"),
+            _hours_column("Maintenance (h)", "maintenance_s"),
+            _hours_column("No data (h)", "no_data_s"),
             Column(
                 "Availability",
                 lambda line: line["availability"],
@@ -280,41 +270,11 @@ def _days_table(r: Report) -> Table:
         caption="By day (UTC): your GPUs on this statement",
         columns=[
             Column("Day", lambda d: d.day.date(), text=lambda d: f"{d.day:%a %d %b %Y}"),
-            Column(
-                "In service (h)",
-                lambda d: d.in_service_s,
-                text=lambda d: hours(d.in_service_s),
-                numeric=True,
-                csv_label="in_service_s",
-            ),
-            Column(
-                "Up (h)",
-                lambda d: d.up_s,
-                text=lambda d: hours(d.up_s),
-                numeric=True,
-                csv_label="up_s",
-            ),
-            Column(
-                "Down (h)",
-                lambda d: d.down_s,
-                text=lambda d: hours(d.down_s),
-                numeric=True,
-                csv_label="down_s",
-            ),
-            Column(
-                "Maintenance (h)",
-                lambda d: d.maintenance_s,
-                text=lambda d: hours(d.maintenance_s),
-                numeric=True,
-                csv_label="maintenance_s",
-            ),
-            Column(
-                "No data (h)",
-                lambda d: d.no_data_s,
-                text=lambda d: hours(d.no_data_s),
-                numeric=True,
-                csv_label="no_data_s",
-            ),
+            _hours_column("In service (h)", "in_service_s", of=_attr),
+            _hours_column("Up (h)", "up_s", of=_attr),
+            _hours_column("Down (h)", "down_s", of=_attr),
+            _hours_column("Maintenance (h)", "maintenance_s", of=_attr),
+            _hours_column("No data (h)", "no_data_s", of=_attr),
             Column(
                 "Availability",
                 lambda d: d.availability,
