@@ -155,3 +155,34 @@ def write_rows(rows: list[tuple[Any, ...]]) -> None:
 
 def rebuild(start: dt.datetime, end: dt.datetime) -> None:
     rollups_rebuild(start=start - dt.timedelta(days=3), end=end + dt.timedelta(days=1))
+
+
+def worked_example(by: User) -> dict[str, Any]:
+    """The worked example of docs/accounting.md, March 2026: SN-1 up all month at 50 %,
+    0.01 kWh a minute, rented all month at 2.00 EUR per GPU-hour; Alice holds it until
+    2026-03-10 12:00:30, then Bob. Rate card: hosting 100.00 a month, power 0.20 per kWh at
+    PUE 1.5, management 10 %. No period row is made."""
+    from billing.services.revenue import rental_create
+
+    march = (dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 4, 1, tzinfo=UTC))
+    f = fleet()
+    card_gpu = gpu(f, "SN-1", slot=0)
+    alice, bob = owner("Alice Compute Ltd"), owner("Bob Chen")
+    transfer = dt.datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)
+    own(card_gpu, alice, 10_000, EPOCH, transfer)
+    own(card_gpu, bob, 10_000, transfer)
+    card(f, by)
+    # From the last minute of February, so March's first minute has a counter delta too.
+    windows(card_gpu, march[0] - dt.timedelta(minutes=1), march[1], node=f.node)
+    rebuild(*march)
+    rental_create(
+        cluster=f.cluster,
+        gpus=[card_gpu],
+        starts_at=march[0],
+        ends_at=march[1],
+        rate_per_gpu_hour=Decimal("2.00"),
+        currency="EUR",
+        customer_reference="R-1",
+        by=by,
+    )
+    return {"fleet": f, "gpu": card_gpu, "alice": alice, "bob": bob}

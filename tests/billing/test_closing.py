@@ -24,36 +24,9 @@ MARCH = (dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 4, 1, tzinfo=UTC
 
 @pytest.fixture
 def transfer_world(oscar, disclosure):
-    """SN-1 up all March at 50 %, 0.01 kWh a minute, rented all month at 2.00 EUR per GPU-hour;
-    Alice holds it until 2026-03-10 12:00:30, then Bob. Rate card: hosting 100.00 a month,
-    power 0.20 per kWh at PUE 1.5, management 10 %."""
-    f = s.fleet()
-    gpu = s.gpu(f, "SN-1", slot=0)
-    alice, bob = s.owner("Alice Compute Ltd"), s.owner("Bob Chen")
-    transfer = dt.datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)
-    s.own(gpu, alice, 10_000, s.EPOCH, transfer)
-    s.own(gpu, bob, 10_000, transfer)
-    s.card(f, oscar)
-    # From the last minute of February, so March's first minute has a counter delta too.
-    s.windows(gpu, MARCH[0] - dt.timedelta(minutes=1), MARCH[1], node=f.node)
-    s.rebuild(*MARCH)
-    rental_create(
-        cluster=f.cluster,
-        gpus=[gpu],
-        starts_at=MARCH[0],
-        ends_at=MARCH[1],
-        rate_per_gpu_hour=D("2.00"),
-        currency="EUR",
-        customer_reference="R-1",
-        by=oscar,
-    )
-    return {
-        "fleet": f,
-        "gpu": gpu,
-        "alice": alice,
-        "bob": bob,
-        "period": period_for_month(year=2026, month=3),
-    }
+    """The worked example of docs/accounting.md (``scenario.worked_example``), with its
+    March period opened."""
+    return {**s.worked_example(oscar), "period": period_for_month(year=2026, month=3)}
 
 
 def test_a_transfer_mid_month_splits_every_figure_at_the_second(transfer_world, oscar):

@@ -11,7 +11,6 @@ from billing.selectors.earnings import owner_earnings
 from billing.services.closing import period_close
 from billing.services.periods import month_bounds, period_for_month
 from billing.services.publishing import statement_publish_approve, statement_publish_request
-from billing.services.revenue import rental_create
 from tests.billing import scenario as s
 
 pytestmark = pytest.mark.django_db
@@ -23,30 +22,9 @@ APRIL_2 = dt.datetime(2026, 4, 2, tzinfo=UTC)
 
 @pytest.fixture
 def march(oscar, disclosure):
-    """The worked example of docs/accounting.md: SN-1 up all March at 50 %, 0.01 kWh a
-    minute, rented all month at 2.00 EUR per GPU-hour; Alice holds it until
-    2026-03-10 12:00:30, then Bob. Hosting 100.00 a month, power 0.20 per kWh at PUE 1.5,
-    management 10 %. No period row exists yet."""
-    f = s.fleet()
-    gpu = s.gpu(f, "SN-1", slot=0)
-    alice, bob = s.owner("Alice Compute Ltd"), s.owner("Bob Chen")
-    transfer = dt.datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)
-    s.own(gpu, alice, 10_000, s.EPOCH, transfer)
-    s.own(gpu, bob, 10_000, transfer)
-    s.card(f, oscar)
-    s.windows(gpu, MARCH[0] - dt.timedelta(minutes=1), MARCH[1], node=f.node)
-    s.rebuild(*MARCH)
-    rental_create(
-        cluster=f.cluster,
-        gpus=[gpu],
-        starts_at=MARCH[0],
-        ends_at=MARCH[1],
-        rate_per_gpu_hour=D("2.00"),
-        currency="EUR",
-        customer_reference="R-1",
-        by=oscar,
-    )
-    return {"alice": alice, "bob": bob, "disclosure": disclosure}
+    """The worked example of docs/accounting.md (``scenario.worked_example``); no period
+    row exists yet."""
+    return {**s.worked_example(oscar), "disclosure": disclosure}
 
 
 def _figures(e):
