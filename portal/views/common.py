@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponseBase
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
@@ -21,6 +21,7 @@ from django_otp import user_has_device
 from accounts.models import User
 from accounts.selectors import disclosure_acknowledged, disclosure_current
 from portal.selectors import Period, month_period, recent_months
+from portal.tables import Table, csv_response, export_of, with_export_links
 
 View = Callable[..., HttpResponseBase]
 
@@ -85,3 +86,14 @@ def period_choices(at: datetime) -> list[tuple[str, str]]:
         (p.key, f"{p.label} (month to date)" if p.running else p.label)
         for p in recent_months(now=at)
     ]
+
+
+def table_page(
+    request: HttpRequest, template: str, context: dict[str, Any], tables: list[Table]
+) -> HttpResponseBase:
+    """Renders a page of tables, or one of them as CSV when the request asks for its export."""
+    wanted = export_of(request, tables)
+    if wanted is not None:
+        return csv_response(wanted, stamp=now())
+    with_export_links(request, tables)
+    return render(request, template, {**context, "tables": {t.name: t for t in tables}})

@@ -7,7 +7,6 @@ from typing import Any
 
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponseBase
-from django.shortcuts import render
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 
@@ -23,14 +22,11 @@ from portal.forms import GpuFilterForm, PeriodForm
 from portal.tables import (
     Column,
     Table,
-    csv_response,
-    export_of,
     fmt_bps,
     fmt_decimal,
     fmt_hours,
     fmt_pct,
     fmt_when,
-    with_export_links,
 )
 from portal.views import money
 from portal.views.common import (
@@ -39,22 +35,13 @@ from portal.views.common import (
     owner_view,
     period_choices,
     period_of,
+    table_page,
     the_user,
 )
 from portal.views.events import incident_table, maintenance_table
 from telemetry.models import GpuState
 
 PAGE_SIZE = 25
-
-
-def _page(
-    request: HttpRequest, template: str, context: dict[str, Any], tables: list[Table]
-) -> HttpResponseBase:
-    wanted = export_of(request, tables)
-    if wanted is not None:
-        return csv_response(wanted, stamp=now())
-    with_export_links(request, tables)
-    return render(request, template, {**context, "tables": {t.name: t for t in tables}})
 
 
 def _count_table(name: str, caption: str, rows: list[tuple[str, int]]) -> Table:
@@ -99,7 +86,7 @@ def overview(request: HttpRequest) -> HttpResponseBase:
         if earnings_shown
         else [],
     }
-    return _page(request, "portal/overview.html", context, tables)
+    return table_page(request, "portal/overview.html", context, tables)
 
 
 def _figure_cards(figures: Any) -> list[tuple[str, str, str]]:
@@ -211,7 +198,7 @@ def gpu_list(request: HttpRequest) -> HttpResponseBase:
         "sort_links": _sort_links(request, filters.sort),
         "count": len(rows),
     }
-    return _page(request, "portal/gpu_list.html", context, [table])
+    return table_page(request, "portal/gpu_list.html", context, [table])
 
 
 def _sort_links(request: HttpRequest, current: str) -> dict[str, dict[str, str]]:
@@ -297,7 +284,7 @@ def gpu_page(request: HttpRequest, gpu_id: Any) -> HttpResponseBase:
         "legend": [(key, label, colour) for key, (colour, label) in charts.STATE_STYLE.items()],
         "share": fmt_bps(detail.share_bps),
     }
-    return _page(request, "portal/gpu.html", context, tables)
+    return table_page(request, "portal/gpu.html", context, tables)
 
 
 def _timeline(detail: selectors.GpuDetail) -> str:

@@ -30,8 +30,7 @@ from billing.reports.text import (
 )
 from portal.access import statement_for_user, statements_for_user
 from portal.tables import Column, Table, fmt_bps, fmt_when
-from portal.views.common import earnings_view, the_user
-from portal.views.fleet import _page
+from portal.views.common import earnings_view, table_page, the_user
 
 
 def _item(row: Any, key: str) -> Any:
@@ -104,7 +103,7 @@ def statements(request: HttpRequest) -> HttpResponseBase:
         rows=rows,
         empty="No statement has been published for your accounts yet.",
     )
-    return _page(request, "portal/statements.html", {"count": len(rows)}, [table])
+    return table_page(request, "portal/statements.html", {"count": len(rows)}, [table])
 
 
 @earnings_view
@@ -143,7 +142,7 @@ def statement(request: HttpRequest, statement_id: Any) -> HttpResponseBase:
             ("JSON", reverse("portal:statement-json", args=[found.pk]), "raw figures"),
         ],
     }
-    return _page(request, "portal/statement.html", context, tables)
+    return table_page(request, "portal/statement.html", context, tables)
 
 
 def _summary(r: Report) -> list[tuple[str, str]]:
