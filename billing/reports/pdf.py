@@ -35,7 +35,8 @@ from billing.reports.text import (
 INK = (27, 36, 48)
 MUTED = (90, 102, 117)
 RULE = (213, 219, 227)
-HEAD = FontFace(emphasis="BOLD", fill_color=(238, 241, 245))
+HEAD_FILL = (238, 241, 245)
+HEAD = FontFace(emphasis="BOLD", fill_color=HEAD_FILL)
 _REPLACE = str.maketrans(
     {"−": "-", "÷": "/", "≤": "<=", "≥": ">=", "→": "->", "×": "x", "\u00a0": " ", "\u202f": " "}
 )
@@ -165,6 +166,56 @@ def _table(
                 row.cell(pdf_text(text))
 
 
+def _grid(
+    pdf: FPDF,
+    head: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    widths: Sequence[float],
+    *,
+    numeric: Sequence[bool],
+    size: float,
+) -> None:
+    """A table of one-line rows, drawn cell by cell.
+
+    fpdf2's ``table`` lays out every cell as a paragraph (~8 ms a row): a 1,000-GPU statement
+    took ~20 s. Per-GPU rows are short figures, so here each cell is one line, cut with "..."
+    in the rare case it would not fit (the CSV and JSON carry every value whole); the
+    heading row is repeated on every page, as ``table`` does.
+    """
+    height = size * 0.55 + 1.6
+    aligns = tuple(Align.R if n else Align.L for n in numeric)
+
+    def heading() -> None:
+        pdf.set_font("helvetica", "B", size)
+        pdf.set_fill_color(*HEAD_FILL)
+        for text, width, align in zip(head, widths, aligns, strict=True):
+            pdf.cell(width, height, _fit(pdf, pdf_text(text), width), align=align, fill=True)
+        pdf.ln(height)
+        pdf.set_font("helvetica", "", size)
+
+    pdf.set_draw_color(*RULE)
+    margin, pdf.c_margin = pdf.c_margin, 0.8
+    heading()
+    for values in rows:
+        if pdf.get_y() + height > pdf.page_break_trigger:
+            pdf.add_page()
+            heading()
+        for text, width, align in zip(values, widths, aligns, strict=True):
+            pdf.cell(width, height, _fit(pdf, pdf_text(text), width), align=align)
+        pdf.ln(height)
+        pdf.line(pdf.l_margin, pdf.get_y(), pdf.l_margin + sum(widths), pdf.get_y())
+    pdf.c_margin = margin
+
+
+def _fit(pdf: FPDF, text: str, width: float) -> str:
+    room = width - 2 * pdf.c_margin
+    if pdf.get_string_width(text) <= room:
+        return text
+    while text and pdf.get_string_width(text + "...") > room:
+        text = text[:-1]
+    return text + "..."
+
+
 def _summary(pdf: FPDF, r: Report) -> None:
     _h1(pdf, f"Statement for {r.period_label}")
     _para(pdf, f"{r.owner_name} - {r.currency} - statement {r.statement_id}", size=9)
@@ -194,7 +245,7 @@ def _lines(pdf: FPDF, r: Report) -> None:
     if not gpu_lines:
         _para(pdf, "No GPU lines on this statement.")
         return
-    _table(
+    _grid(
         pdf,
         [
             "GPU",
@@ -227,12 +278,12 @@ def _lines(pdf: FPDF, r: Report) -> None:
             ]
             for line in gpu_lines
         ],
-        (24, 18, 18, 13, 15, 13, 13, 13, 13, 14, 13, 13),
+        (27, 20.5, 20.5, 13, 14.5, 11, 11, 11, 12.5, 13, 12.5, 13.5),
         numeric=(False, False, False, *([True] * 9)),
         size=6.5,
     )
     pdf.ln(2)
-    _table(
+    _grid(
         pdf,
         ["GPU", "From", "Gross", "Hosting fee", "Power cost", "Management fee", "Net"],
         [

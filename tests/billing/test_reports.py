@@ -325,3 +325,23 @@ def test_a_long_list_of_gpus_is_cut_to_fit_a_pdf_cell():
     assert _few(("A1", "A2")) == "A1, A2"
     serials = tuple(f"T{i}" for i in range(10))
     assert _few(serials) == "10 GPUs: T0, T1, T2, T3, T4, T5, T6, T7 and 2 more"
+
+
+def test_a_long_per_gpu_table_repeats_its_heading_and_cuts_what_does_not_fit():
+    from fpdf import FPDF
+
+    from billing.reports.pdf import _grid
+
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(auto=True, margin=16)
+    pdf.add_page()
+    rows = [[f"GPU SN-{i:04d}", f"{i}.0"] for i in range(300)]
+    rows[7][0] = "GPU " + "X" * 80
+    _grid(pdf, ["GPU", "Up h"], rows, (40, 20), numeric=(False, True), size=6.5)
+    pages = [page.extract_text() for page in PdfReader(io.BytesIO(bytes(pdf.output()))).pages]
+    assert len(pages) > 1
+    assert all(page.startswith("GPU Up h\n") for page in pages)
+    text = "\n".join(pages)
+    assert all(f"GPU SN-{i:04d} {i}.0" in text for i in range(300) if i != 7)
+    cut = next(line for line in text.splitlines() if line.startswith("GPU XX"))
+    assert cut.endswith("... 7.0") and len(cut) < 60
