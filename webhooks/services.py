@@ -468,6 +468,55 @@ def events_waiting(*, now: dt.datetime, older_than: dt.timedelta) -> int:
     ).count()
 
 
+@dataclass(frozen=True)
+class PruneResult:
+    events: int
+    deliveries: int
+    attempts: int
+
+
+_PRUNE_SQL = """
+WITH doomed AS (
+    SELECT e.id FROM webhooks_webhookevent e
+    WHERE e.created_at < %(before)s
+      AND e.dispatched_at IS NOT NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM webhooks_webhookdelivery d
+          WHERE d.event_id = e.id AND d.status IN ('pending', 'sending')
+      )
+    ORDER BY e.created_at
+    LIMIT %(limit)s
+    FOR UPDATE OF e SKIP LOCKED
+), deliveries AS (
+    DELETE FROM webhooks_webhookdelivery d USING doomed
+    WHERE d.event_id = doomed.id
+    RETURNING d.id
+), attempts AS (
+    DELETE FROM webhooks_webhookattempt a USING deliveries
+    WHERE a.delivery_id = deliveries.id
+    RETURNING 1
+), events AS (
+    DELETE FROM webhooks_webhookevent e USING doomed
+    WHERE e.id = doomed.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM deliveries),
+       (SELECT count(*) FROM attempts)
+"""
+
+
+def events_prune(*, now: dt.datetime, keep: dt.timedelta, limit: int) -> PruneResult:
+    """Deletes up to ``limit`` of the oldest events created before ``now - keep``, with their
+    deliveries and attempt logs, in one statement. An event that any endpoint is still being
+    sent (a delivery pending or sending) is kept whatever its age, and so is one not yet
+    dispatched: retention never cuts a delivery short. Rows locked by a dispatch or a replay
+    are skipped and taken on a later pass."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_PRUNE_SQL, {"before": now - keep, "limit": limit})
+        events, deliveries, attempts = cursor.fetchone()
+    return PruneResult(events=events, deliveries=deliveries, attempts=attempts)
+
+
 def deliveries_queue(*, ids: Sequence[uuid.UUID]) -> None:
     _queue(ids)
 

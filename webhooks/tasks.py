@@ -67,3 +67,25 @@ def deliveries_sweep() -> int:
     due = services.deliveries_due(now=now)
     services.deliveries_queue(ids=due)
     return len(due)
+
+
+@shared_task(name="webhooks.events_prune", ignore_result=True)
+def events_prune() -> int:
+    """Drops events (with their deliveries and attempts) past ``WEBHOOK_RETENTION_DAYS``, in
+    bounded passes; re-queues itself while a pass comes back full."""
+    limit = settings.WEBHOOK_PRUNE_BATCH
+    result = services.events_prune(
+        now=timezone.now(),
+        keep=dt.timedelta(days=settings.WEBHOOK_RETENTION_DAYS),
+        limit=limit,
+    )
+    if result.events:
+        log.info(
+            "webhooks: pruned %d events, %d deliveries, %d attempts",
+            result.events,
+            result.deliveries,
+            result.attempts,
+        )
+    if result.events == limit:
+        events_prune.delay()
+    return result.events

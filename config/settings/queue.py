@@ -55,6 +55,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Webhooks: due deliveries (retries beyond a minute are queued only here) and events whose
     # dispatch task was lost.
     "webhooks-deliveries-sweep": {"task": "webhooks.deliveries_sweep", "schedule": 15.0},
+    # Webhooks: events, deliveries and attempt logs past their retention.
+    "webhooks-events-prune": {"task": "webhooks.events_prune", "schedule": 3600.0},
     # Portal: notification emails from the audit trail and state changes, read forward.
     "portal-notifications-scan": {"task": "portal.notifications_scan", "schedule": 60.0},
 }

@@ -25,3 +25,7 @@ WEBHOOK_RETRY_WINDOW_S = env_int("WEBHOOK_RETRY_WINDOW_S", 3 * 86_400, minimum=6
 WEBHOOK_ROTATION_GRACE_S = env_int("WEBHOOK_ROTATION_GRACE_S", 86_400, minimum=0)
 # Events turned into deliveries per dispatch transaction.
 WEBHOOK_DISPATCH_BATCH = env_int("WEBHOOK_DISPATCH_BATCH", 500, minimum=1)
+# Events, with their deliveries and attempt logs, are deleted this long after they were
+# written (never while a delivery is still being retried), in passes of WEBHOOK_PRUNE_BATCH.
+WEBHOOK_RETENTION_DAYS = env_int("WEBHOOK_RETENTION_DAYS", 90, minimum=7)
+WEBHOOK_PRUNE_BATCH = env_int("WEBHOOK_PRUNE_BATCH", 5000, minimum=1)
