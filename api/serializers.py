@@ -331,3 +331,60 @@ def rows_data(
         }
         for row in rows
     ]
+
+
+# The GPU list: ``GpuSerializer``'s document from plain rows (``GPU_ROW_SOURCES`` of
+# ``gpus_for_caller(...).values(...)``) and the holdings read for the page in one query.
+GPU_ROW_SOURCES: dict[str, str] = {
+    "id": "id",
+    "serial": "serial",
+    "nvml_uuid": "nvml_uuid",
+    "model": "model__name",
+    "memory_mib": "model__memory_mib",
+    "lifecycle_state": "lifecycle_state",
+    "telemetry_state": "telemetry_state",
+    "telemetry_state_since": "telemetry_state_since",
+}
+PLACEMENT_SOURCES = ("site_code", "cluster_code", "hostname", "slot")
+
+
+@functools.cache
+def _gpu_converters() -> tuple[
+    tuple[tuple[str, str, Callable[[Any], Any]], ...],
+    tuple[tuple[str, str, Callable[[Any], Any]], ...],
+]:
+    fields = GpuSerializer().fields
+    assert list(fields) == [*GPU_ROW_SOURCES, "placement", "holdings"], list(fields)
+    top = tuple(
+        (name, source, _converter(fields[name])) for name, source in GPU_ROW_SOURCES.items()
+    )
+    placement = PlacementNowSerializer().fields
+    nested = tuple(
+        (name, str(field.source), _converter(field)) for name, field in placement.items()
+    )
+    assert [source for _, source, _ in nested] == list(PLACEMENT_SOURCES)
+    return top, nested
+
+
+def gpus_data(
+    rows: Iterable[dict[str, Any]], holdings: dict[Any, list[tuple[Any, ...]]]
+) -> list[dict[str, Any]]:
+    """What ``GpuSerializer(gpus, many=True).data`` gives, from ``values()`` rows (with
+    ``GPU_ROW_SOURCES`` and the placement annotations) and ``holdings`` per GPU id."""
+    top, nested = _gpu_converters()
+    out = []
+    for row in rows:
+        item: dict[str, Any] = {}
+        for name, source, convert in top:
+            value = row[source]
+            item[name] = None if value is None else convert(value)
+        if row["hostname"] is None:
+            item["placement"] = None
+        else:
+            item["placement"] = {
+                name: None if row[source] is None else convert(row[source])
+                for name, source, convert in nested
+            }
+        item["holdings"] = rows_data(HoldingSerializer, holdings.get(row["id"], ()))
+        out.append(item)
+    return out

@@ -33,6 +33,8 @@ from api.pagination import ApiCursorPagination
 from api.permissions import AnyScope, FleetRead, StatementsRead, TelemetryRead
 from api.selectors import STEPS, gpu_series
 from api.serializers import (
+    GPU_ROW_SOURCES,
+    PLACEMENT_SOURCES,
     EventFilterSerializer,
     GpuFilterSerializer,
     GpuSerializer,
@@ -49,6 +51,7 @@ from api.serializers import (
     StatementFilterSerializer,
     StatementLineSerializer,
     StatementSerializer,
+    gpus_data,
     row_sources,
     rows_data,
 )
@@ -140,11 +143,27 @@ class GpuList(_GpuMixin, ListAPIView[Any]):
 
     filter_serializer = GpuFilterSerializer
 
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # Rows, not model instances through the nested serializers: the same document
+        # (tests/api/test_rendering.py), without DRF's walk over 100 GPUs and their holdings.
+        gpus = self.filter_queryset(self.get_queryset()).prefetch_related(None)
+        rows = gpus.values(*GPU_ROW_SOURCES.values(), *PLACEMENT_SOURCES, "created_at")
+        page = self.paginate_queryset(rows)
+        assert page is not None
+        holdings = access.holdings_for_caller(
+            caller=self.caller,
+            scope=ApiScope.FLEET_READ,
+            gpu_ids=[row["id"] for row in page],
+            now=self._now,
+        )
+        return self.get_paginated_response(gpus_data(page, holdings))
+
     def get_queryset(self) -> QuerySet[Any]:
         q = self.query()
-        held_at = datetime.now(UTC) if q["held"] == "now" else None
+        self._now = datetime.now(UTC)
+        held_at = self._now if q["held"] == "now" else None
         gpus = access.gpus_for_caller(
-            caller=self.caller, scope=ApiScope.FLEET_READ, held_at=held_at
+            caller=self.caller, scope=ApiScope.FLEET_READ, held_at=held_at, now=self._now
         )
         if "owner" in q:
             # Only an owner the key may read: filtering by anyone else's id would reveal

@@ -1,5 +1,6 @@
-"""Statements and series are rendered row by row without DRF's per-object walk
-(``api.serializers.rows_data``): the bytes must be exactly what the serializers give."""
+"""Statements, series and the GPU list are rendered row by row without DRF's per-object walk
+(``api.serializers.rows_data``, ``gpus_data``), and a published statement's lines once (the
+cache): the bytes must be exactly what the serializers give."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from decimal import Decimal
 import pytest
 from rest_framework.renderers import JSONRenderer
 
+from accounts import services as accounts
 from accounts.models import Disclosure
 from api.selectors import SeriesPoint
 from api.serializers import (
@@ -19,7 +21,10 @@ from api.serializers import (
     rows_data,
 )
 from billing.models import Statement, StatementLine
-from tests.api.conftest import NOW, client_for
+from fleet.models import Placement
+from telemetry.models import GpuStateTransition
+from tests.api.conftest import ALL_SCOPES, NOW, client_for
+from tests.billing import scenario as s
 
 UTC = dt.UTC
 
@@ -138,3 +143,50 @@ def test_series_points_render_as_the_serializer_renders_them():
     assert _json(fast) == _json(slow)
     assert fast[1]["availability"] is None
     assert fast[1]["energy_kwh"] == "0.000000"
+
+
+def test_the_gpu_list_is_the_detail_documents_of_its_gpus(world, bob):
+    """The list renders rows itself (``gpus_data``); each GPU must read exactly as its detail
+    (``GpuSerializer``): placed or not, with or without telemetry, shared or no longer held."""
+    f = s.fleet("lon1")
+    shared = s.gpu(f, "SN-SHARED", slot=0)
+    s.own(shared, world.a.owner, 6_000, s.EPOCH)
+    s.own(shared, world.b.owner, 4_000, s.EPOCH)
+    gone = s.gpu(f, "SN-GONE", slot=1)
+    Placement.objects.filter(gpu=gone).update(valid_to=NOW - dt.timedelta(days=1))
+    s.own(gone, world.a.owner, 10_000, s.EPOCH, NOW - dt.timedelta(days=3))
+    GpuStateTransition.objects.create(
+        gpu=world.a.gpu, state="up", at=NOW - dt.timedelta(hours=1, microseconds=5)
+    )
+    GpuStateTransition.objects.create(gpu=shared, state="down", at=NOW + dt.timedelta(hours=1))
+    accounts.partner_grant_create(
+        owner=world.b.owner, partner=world.partner, scopes=ALL_SCOPES, by=bob
+    )
+    client = client_for(world.keys["partner_granted_a"])
+
+    def detail(gpu_id):
+        response = client.get(f"/api/v1/gpus/{gpu_id}")
+        assert response.status_code == 200
+        return response.content
+
+    for query in ("", "?held=now", "?cluster=a", "?ordering=-created_at"):
+        response = client.get(f"/api/v1/gpus{query}")
+        assert response.status_code == 200, response.content
+        ids = [g["id"] for g in response.json()["results"]]
+        assert len(ids) == (4 if query in ("", "?ordering=-created_at") else 3)
+        expected = b'"results":[' + b",".join(detail(i) for i in ids) + b"]}"
+        assert response.content.endswith(expected)
+    rows = {g["serial"]: g for g in client.get("/api/v1/gpus").json()["results"]}
+    assert rows["SN-GONE"]["placement"] is None and rows["SN-GONE"]["holdings"] == []
+    assert [h["share_bps"] for h in rows["SN-SHARED"]["holdings"]] != []
+    assert len(rows["SN-SHARED"]["holdings"]) == 2
+    assert rows["SN-FRA1"]["telemetry_state"] == "up"
+    assert rows["SN-SHARED"]["telemetry_state"] is None  # its transition is still ahead
+
+    # Cursor pages over rows: every GPU once, in order.
+    seen, path = [], "/api/v1/gpus?limit=1"
+    while path:
+        page = client.get(path).json()
+        seen += [g["serial"] for g in page["results"]]
+        path = page["next"]
+    assert seen == sorted(rows)
