@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -313,6 +314,17 @@ def _plain_fields(
         )
         out.append((name, str(field.source), _converter(field)))
     return tuple(out)
+
+
+@functools.cache
+def lines_rendering() -> str:
+    """A short digest of how ``StatementLineSerializer`` renders (names, sources, kinds,
+    scales): part of the key of stored renderings, so a change of fields misses them."""
+    shape = [
+        (name, str(f.source), type(f).__name__, getattr(f, "decimal_places", None))
+        for name, f in StatementLineSerializer().fields.items()
+    ]
+    return hashlib.sha256(repr(shape).encode()).hexdigest()[:12]
 
 
 def row_sources(serializer_class: type[serializers.Serializer[Any]]) -> list[str]:

@@ -40,7 +40,7 @@ ENDPOINTS: dict[str, tuple[str, int]] = {
     "maintenance": ("/api/v1/maintenance", 3),
     "maintenance-window": ("/api/v1/maintenance/{maintenance}", 3),
     "statements": ("/api/v1/statements", 4),
-    "statement": ("/api/v1/statements/{statement}", 5),
+    "statement": ("/api/v1/statements/{statement}", 5),  # 4 once its lines are cached
     "statement-csv": ("/api/v1/statements/{statement}/csv", 7),
     "statement-pdf": ("/api/v1/statements/{statement}/pdf", 7),
     "payouts": ("/api/v1/payouts", 3),

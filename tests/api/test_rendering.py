@@ -8,10 +8,12 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.renderers import JSONRenderer
 
 from accounts import services as accounts
-from accounts.models import Disclosure
+from accounts.models import Disclosure, PartnerGrant
 from api.selectors import SeriesPoint
 from api.serializers import (
     SeriesPointSerializer,
@@ -190,3 +192,34 @@ def test_the_gpu_list_is_the_detail_documents_of_its_gpus(world, bob):
         seen += [g["serial"] for g in page["results"]]
         path = page["next"]
     assert seen == sorted(rows)
+
+
+def test_a_statement_reads_the_same_from_its_stored_lines(world, alice):
+    """The lines of a published statement are rendered once and kept in the cache: the next
+    request reads the same bytes with one query fewer, pretty-printing still works, and the
+    access check still runs on every request."""
+    statement = world.a.statement
+    path = f"/api/v1/statements/{statement.pk}"
+    client = client_for(world.keys["partner_granted_a"])
+    client.get("/api/v1/owners")  # the key's last use is recorded once a minute
+    counts, bodies = [], []
+    for _ in range(2):
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(path)
+        assert response.status_code == 200
+        counts.append(len(queries))
+        bodies.append(response.content)
+    assert bodies[0] == bodies[1]
+    assert counts == [5, 4]
+    disclosures = {d.version: d for d in Disclosure.objects.all()}
+    expected = StatementDetailSerializer(statement, context={"disclosures": disclosures}).data
+    assert bodies[1] == _json(expected)
+    pretty = client.get(path, HTTP_ACCEPT="application/json; indent=2")
+    assert pretty.content == JSONRenderer().render(expected, "application/json; indent=2", {})
+    assert pretty.content != bodies[1]
+
+    grant = PartnerGrant.objects.get(
+        owner=world.a.owner, partner=world.partner, revoked_at__isnull=True
+    )
+    accounts.partner_grant_revoke(grant=grant, by=alice)
+    assert client.get(path).status_code == 404
