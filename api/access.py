@@ -155,8 +155,16 @@ def holdings_for_caller(
     return out
 
 
-def gpu_for_caller(*, caller: Caller, scope: str, gpu_id: Any) -> Gpu:
-    gpu = gpus_for_caller(caller=caller, scope=scope).filter(pk=gpu_id).first()
+def gpu_for_caller(*, caller: Caller, scope: str, gpu_id: Any, bare: bool = False) -> Gpu:
+    """The GPU if the caller's accounts hold or held it, else 404. ``bare``: the row alone,
+    without where it is now, its state and holdings (one query, for views that need only
+    the GPU itself)."""
+    if bare:
+        ids = owner_ids_for_caller(caller=caller, scope=scope)
+        held = Ownership.objects.filter(owner_id__in=ids, gpu=OuterRef("pk"))
+        gpu = Gpu.objects.filter(Exists(held), pk=gpu_id).first()
+    else:
+        gpu = gpus_for_caller(caller=caller, scope=scope).filter(pk=gpu_id).first()
     if gpu is None:
         raise Http404("No such GPU.")
     return gpu

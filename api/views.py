@@ -229,7 +229,9 @@ class GpuSeries(ApiView):
             raise serializers.ValidationError(
                 {"end": f"At most {settings.API_SERIES_MAX_BUCKETS} {step}s per request."}
             )
-        gpu = access.gpu_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk)
+        gpu = access.gpu_for_caller(
+            caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk, bare=True
+        )
         owner_ids = access.owner_ids_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ)
         points = gpu_series(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
         values = operator.attrgetter(*row_sources(SeriesPointSerializer))

@@ -33,7 +33,7 @@ ENDPOINTS: dict[str, tuple[str, int]] = {
     "gpu-ownership": ("/api/v1/gpus/{gpu}/ownership", 5),
     "gpu-series": (
         "/api/v1/gpus/{gpu}/series?start=2026-03-01T00:00:00Z&end=2026-03-02T00:00:00Z&step=hour",
-        13,  # every bucket from the rollups; a few more when some need the engine's cells
+        12,  # every bucket from the rollups; a few more when some need the engine's cells
     ),
     "incidents": ("/api/v1/incidents", 3),
     "incident": ("/api/v1/incidents/{incident}", 3),
