@@ -15,14 +15,15 @@ from django.db import connection
 from django.db.models import Q
 
 from billing.engine.intervals import Interval
-from billing.engine.usage import Measure
+from billing.engine.usage import Measure, hour_of
 from billing.selectors.availability import as_decimal
 from billing.selectors.facts import GpuFacts, gpu_facts
 from billing.selectors.usage import cells_load
 from fleet.models import Gpu, Ownership
 
 Step = Literal["hour", "day"]
-STEPS: dict[str, timedelta] = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
+HOUR = timedelta(hours=1)
+STEPS: dict[str, timedelta] = {"hour": HOUR, "day": timedelta(days=1)}
 
 
 @dataclass(frozen=True)
@@ -89,16 +90,11 @@ SELECT date_bin(%(width)s, h.hour, %(origin)s) AS bucket,
 _ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # the API's buckets are aligned to it (views)
 
 
-def _plain(fact: GpuFacts, held: Sequence[Interval], cuts: Sequence[datetime], b: Interval) -> bool:
-    """Whether the bucket is one cell of whole hours counted from telemetry: held by the
-    caller's accounts, in service, outside maintenance and incidents from start to end, and
-    cut by nothing (no boundary of those, of ownership, rentals or holding, inside it)."""
-    if b.start.minute or b.start.second or b.start.microsecond or b.end.minute or b.end.second:
-        return False
-    if b.end.microsecond:
-        return False
-    if not any(h.start <= b.start and b.end <= h.end for h in held):
-        return False
+def _plain(fact: GpuFacts, cuts: Sequence[datetime], b: Interval) -> bool:
+    """Whether a bucket of whole hours that the caller's accounts held (some of) is one cell
+    counted from telemetry: nothing the accounting cuts at inside it (no boundary of holding,
+    service, maintenance, incidents, ownership or rentals: so it is held throughout), and in
+    service, outside maintenance and incidents at its start (so throughout)."""
     inside = bisect.bisect_right(cuts, b.start)
     if inside < len(cuts) and cuts[inside] < b.end:
         return False
@@ -184,10 +180,11 @@ def gpu_series(
         for bucket in buckets
     ]
     boundaries = sorted(fact.boundaries() | {t for h in held for t in (h.start, h.end)})
+    whole_hours = start == hour_of(start) and width % HOUR == timedelta(0)
     plain = {
         b.start
         for b, pieces in zip(buckets, pieces_of, strict=True)
-        if fast and pieces and _plain(fact, held, boundaries, b)
+        if fast and whole_hours and pieces and _plain(fact, boundaries, b)
     }
     measured: dict[datetime, Measure] = {}
     if plain:

@@ -292,9 +292,12 @@ def _converter(field: serializers.Field[Any, Any, Any, Any]) -> Callable[[Any], 
 
         def decimal(value: Any) -> Any:
             # Already at the field's scale (as read from a numeric column): DRF's quantize
-            # would change nothing.
-            if isinstance(value, Decimal) and value.as_tuple().exponent == -(places or 0):
-                return f"{value:f}"
+            # would change nothing. Fixed-point text shows exactly -exponent decimals.
+            if places and isinstance(value, Decimal):
+                text = f"{value:f}"
+                dot = text.find(".")
+                if dot >= 0 and len(text) - dot - 1 == places:
+                    return text
             return slow(value)
 
         return decimal

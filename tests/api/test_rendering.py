@@ -19,6 +19,7 @@ from api.serializers import (
     SeriesPointSerializer,
     StatementDetailSerializer,
     StatementLineSerializer,
+    _plain_fields,
     row_sources,
     rows_data,
 )
@@ -223,3 +224,16 @@ def test_a_statement_reads_the_same_from_its_stored_lines(world, alice):
     )
     accounts.partner_grant_revoke(grant=grant, by=alice)
     assert client.get(path).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["0", "0E-6", "-0.000001", "1E+2", "123.4560000", "1.5E-7", "0.8333335", "-123.123456"],
+)
+def test_a_decimal_renders_as_drf_renders_it(value):
+    """The fast text of a value already at the field's scale, DRF's quantize otherwise."""
+    field = SeriesPointSerializer().fields["availability"]
+    (convert,) = [
+        c for name, _, c in _plain_fields(SeriesPointSerializer) if name == "availability"
+    ]
+    assert convert(Decimal(value)) == field.to_representation(Decimal(value))
