@@ -319,11 +319,18 @@ def _plain_fields(
     return tuple(out)
 
 
+# Raise when the rendering of a value changes without a change of fields (``_converter``):
+# stored renderings of statement lines are keyed by it.
+LINES_RENDERING_VERSION = 1
+
+
 @functools.cache
 def lines_rendering() -> str:
     """A short digest of how ``StatementLineSerializer`` renders (names, sources, kinds,
-    scales): part of the key of stored renderings, so a change of fields misses them."""
-    shape = [
+    scales, and ``LINES_RENDERING_VERSION``): part of the key of stored renderings, so a
+    change of fields misses them."""
+    shape: list[Any] = [LINES_RENDERING_VERSION]
+    shape += [
         (name, str(f.source), type(f).__name__, getattr(f, "decimal_places", None))
         for name, f in StatementLineSerializer().fields.items()
     ]
