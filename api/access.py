@@ -17,18 +17,28 @@ touched such a GPU while the account held it (the portal's rule). Anything else 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import (
+    Exists,
+    F,
+    FilteredRelation,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+)
 from django.db.models.expressions import RawSQL
 from django.http import Http404
 from django.utils import timezone
 
 from accounts.models import ApiKey, Membership, Owner, PartnerGrant
 from billing.models import Payout, Statement
-from fleet.models import Gpu, Incident, MaintenanceWindow, Ownership, Placement
+from fleet.models import Gpu, Incident, MaintenanceWindow, Ownership
 from telemetry.models import GpuStateTransition
 
 
@@ -87,26 +97,32 @@ def _live_at(at: datetime) -> Q:
 
 
 def gpus_for_caller(
-    *, caller: Caller, scope: str, held_at: datetime | None = None
+    *, caller: Caller, scope: str, held_at: datetime | None = None, now: datetime | None = None
 ) -> QuerySet[Gpu]:
     """GPUs the caller's accounts hold or held (with ``held_at``: held then), annotated with
     where each is now and its telemetry state now; ``visible_holdings`` lists the caller's
     accounts' shares now (other owners never appear)."""
     ids = owner_ids_for_caller(caller=caller, scope=scope)
-    now = timezone.now()
+    now = now or timezone.now()
     rows = Ownership.objects.filter(owner_id__in=ids, gpu=OuterRef("pk"))
     if held_at is not None:
         rows = rows.filter(_live_at(held_at))
-    here = Placement.objects.filter(_live_at(now), gpu=OuterRef("pk"))
+    # Where it is now: a join on the placement live now, not four correlated subqueries.
+    # The database refuses overlapping placements of a GPU (fleet migration 0002), so the
+    # join matches at most one row and cannot repeat a GPU.
+    live = Q(placements__valid_from__lte=now) & (
+        Q(placements__valid_to__isnull=True) | Q(placements__valid_to__gt=now)
+    )
     state = GpuStateTransition.objects.filter(gpu=OuterRef("pk"), at__lte=now).order_by("-at")
     return (
         Gpu.objects.filter(Exists(rows))
         .select_related("model")
         .annotate(
-            site_code=Subquery(here.values("node__cluster__site__code")[:1]),
-            cluster_code=Subquery(here.values("node__cluster__code")[:1]),
-            hostname=Subquery(here.values("node__hostname")[:1]),
-            slot=Subquery(here.values("slot")[:1]),
+            here=FilteredRelation("placements", condition=live),
+            site_code=F("here__node__cluster__site__code"),
+            cluster_code=F("here__node__cluster__code"),
+            hostname=F("here__node__hostname"),
+            slot=F("here__slot"),
             telemetry_state=Subquery(state.values("state")[:1]),
             telemetry_state_since=Subquery(state.values("at")[:1]),
         )
@@ -122,8 +138,33 @@ def gpus_for_caller(
     )
 
 
-def gpu_for_caller(*, caller: Caller, scope: str, gpu_id: Any) -> Gpu:
-    gpu = gpus_for_caller(caller=caller, scope=scope).filter(pk=gpu_id).first()
+def holdings_for_caller(
+    *, caller: Caller, scope: str, gpu_ids: Sequence[uuid.UUID], now: datetime
+) -> dict[uuid.UUID, list[tuple[Any, ...]]]:
+    """``visible_holdings`` of ``gpus_for_caller`` for many GPUs in one query, as rows of
+    (owner_id, share_bps, valid_from, valid_to) per GPU, in the same order."""
+    ids = owner_ids_for_caller(caller=caller, scope=scope)
+    rows = (
+        Ownership.objects.filter(_live_at(now), owner_id__in=ids, gpu_id__in=gpu_ids)
+        .order_by("owner_id")
+        .values_list("gpu_id", "owner_id", "share_bps", "valid_from", "valid_to")
+    )
+    out: dict[uuid.UUID, list[tuple[Any, ...]]] = {}
+    for gpu_id, *row in rows:
+        out.setdefault(gpu_id, []).append(tuple(row))
+    return out
+
+
+def gpu_for_caller(*, caller: Caller, scope: str, gpu_id: Any, bare: bool = False) -> Gpu:
+    """The GPU if the caller's accounts hold or held it, else 404. ``bare``: the row alone,
+    without where it is now, its state and holdings (one query, for views that need only
+    the GPU itself)."""
+    if bare:
+        ids = owner_ids_for_caller(caller=caller, scope=scope)
+        held = Ownership.objects.filter(owner_id__in=ids, gpu=OuterRef("pk"))
+        gpu = Gpu.objects.filter(Exists(held), pk=gpu_id).first()
+    else:
+        gpu = gpus_for_caller(caller=caller, scope=scope).filter(pk=gpu_id).first()
     if gpu is None:
         raise Http404("No such GPU.")
     return gpu

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
+from django.db import connection
 from django.db.models import Q
 
 from billing.engine.intervals import Interval
-from billing.engine.usage import Measure
+from billing.engine.usage import Measure, hour_of
 from billing.selectors.availability import as_decimal
-from billing.selectors.facts import gpu_facts
+from billing.selectors.facts import GpuFacts, gpu_facts
 from billing.selectors.usage import cells_load
 from fleet.models import Gpu, Ownership
 
 Step = Literal["hour", "day"]
-STEPS: dict[str, timedelta] = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
+HOUR = timedelta(hours=1)
+STEPS: dict[str, timedelta] = {"hour": HOUR, "day": timedelta(days=1)}
 
 
 @dataclass(frozen=True)
@@ -73,12 +77,88 @@ def _held(*, gpu: Gpu, owner_ids: Sequence[uuid.UUID], window: Interval) -> list
     return merged
 
 
+# Whole-hour rollups summed per bucket: a bucket with nothing inside it that the accounting
+# cuts at (see ``_plain``) is one cell of whole hours, whose figures are these sums.
+_BUCKET_ROLLUPS = """
+SELECT date_bin(%(width)s, h.hour, %(origin)s) AS bucket,
+       sum(h.seconds_up + h.seconds_degraded), sum(h.seconds_down),
+       sum(h.util_gpu_seconds), sum(h.energy_kwh)
+  FROM telemetry_hourlyrollup h
+ WHERE h.gpu_id = %(gpu)s AND h.hour >= %(start)s AND h.hour < %(end)s
+ GROUP BY 1
+"""
+_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # the API's buckets are aligned to it (views)
+
+
+def _plain(fact: GpuFacts, cuts: Sequence[datetime], b: Interval) -> bool:
+    """Whether a bucket of whole hours that the caller's accounts held (some of) is one cell
+    counted from telemetry: nothing the accounting cuts at inside it (no boundary of holding,
+    service, maintenance, incidents, ownership or rentals: so it is held throughout), and in
+    service, outside maintenance and incidents at its start (so throughout)."""
+    inside = bisect.bisect_right(cuts, b.start)
+    if inside < len(cuts) and cuts[inside] < b.end:
+        return False
+    return (
+        _covers(fact.in_service, b.start)
+        and not _covers(fact.maintenance, b.start)
+        and not _covers(fact.incidents, b.start)
+        and not _covers(fact.operator_incidents, b.start)
+    )
+
+
+def _covers(intervals: Sequence[Interval], at: datetime) -> bool:
+    return any(i.start <= at < i.end for i in intervals)
+
+
+def _plain_measures(
+    *, gpu: Gpu, buckets: Sequence[Interval], start: datetime, end: datetime, width: timedelta
+) -> dict[datetime, Measure]:
+    """The measure of each plain bucket, as ``CellUsage.measure`` gives it for one cell of
+    whole hours (rollups; nothing when there are none): one grouped read of the rollups."""
+    params: dict[str, Any] = {
+        "width": width,
+        "origin": _ORIGIN,
+        "gpu": gpu.pk,
+        "start": start,
+        "end": end,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_BUCKET_ROLLUPS, params)
+        sums = {row[0]: row[1:] for row in cursor.fetchall()}
+    out = {}
+    for b in buckets:
+        up, down, busy, energy = sums.get(b.start, (0, 0, Decimal(0), Decimal(0)))
+        seconds = b.seconds
+        out[b.start] = Measure(
+            in_service_s=seconds,
+            maintenance_s=0,
+            down_s=int(down),
+            up_s=int(up),
+            no_data_s=seconds - int(down) - int(up),
+            busy_s=(busy + Decimal(0)) / 100,
+            energy_kwh=energy + Decimal(0),
+            operator_incident_s=0,
+        )
+    return out
+
+
 def gpu_series(
-    *, gpu: Gpu, owner_ids: Sequence[uuid.UUID], start: datetime, end: datetime, step: Step
+    *,
+    gpu: Gpu,
+    owner_ids: Sequence[uuid.UUID],
+    start: datetime,
+    end: datetime,
+    step: Step,
+    fast: bool = True,
 ) -> list[SeriesPoint]:
     """Per hour or day of ``[start, end)`` (aligned to the step, UTC), the accounting figures
-    (rules 1–3) over the seconds the caller's accounts held the GPU: one load of the facts and
-    cells (rollups for whole hours) for the whole range, cut at every bucket and holding."""
+    (rules 1–3) over the seconds the caller's accounts held the GPU.
+
+    A bucket that is one cell of whole hours counted from telemetry (``_plain``: the usual
+    case) is summed from the rollups in one grouped query; the others, if any, from one load
+    of the cells (``cells_load``, the engine's exact path) over the span they cover, cut at
+    every bucket and holding. ``fast=False`` loads cells for every bucket: the reference the
+    fast path is tested against (tests/api/test_series_fast_path.py)."""
     width = STEPS[step]
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     window = Interval(start, end)
@@ -90,16 +170,46 @@ def gpu_series(
         at += width
     cuts = {b.start for b in buckets} | {t for h in held for t in (h.start, h.end)}
     cuts = {t for t in cuts if start < t < end}
-    facts = gpu_facts(gpu_ids=[gpu.pk], start=start, end=end)
-    usage = cells_load(facts=facts, extra_cuts={gpu.pk: cuts}).get(gpu.pk)
-    points = []
-    for bucket in buckets:
-        pieces = [
+    (fact,) = gpu_facts(gpu_ids=[gpu.pk], start=start, end=end)
+    pieces_of = [
+        [
             Interval(max(h.start, bucket.start), min(h.end, bucket.end))
             for h in held
             if h.start < bucket.end and h.end > bucket.start
         ]
-        m = _sum([usage.measure(p) for p in pieces] if usage is not None else [])
+        for bucket in buckets
+    ]
+    boundaries = sorted(fact.boundaries() | {t for h in held for t in (h.start, h.end)})
+    whole_hours = start == hour_of(start) and width % HOUR == timedelta(0)
+    plain = {
+        b.start
+        for b, pieces in zip(buckets, pieces_of, strict=True)
+        if fast and whole_hours and pieces and _plain(fact, boundaries, b)
+    }
+    measured: dict[datetime, Measure] = {}
+    if plain:
+        measured = _plain_measures(
+            gpu=gpu,
+            buckets=[b for b in buckets if b.start in plain],
+            start=start,
+            end=end,
+            width=width,
+        )
+    rest = [
+        b for b, pieces in zip(buckets, pieces_of, strict=True) if pieces and b.start not in plain
+    ]
+    usage = None
+    if rest:
+        # Only the span the other buckets cover: the loader cuts cells inside the range.
+        span = Interval(rest[0].start, rest[-1].end)
+        narrowed = dataclasses.replace(fact, range=span)
+        usage = cells_load(facts=[narrowed], extra_cuts={gpu.pk: cuts}).get(gpu.pk)
+    points = []
+    for bucket, pieces in zip(buckets, pieces_of, strict=True):
+        if bucket.start in measured:
+            m = measured[bucket.start]
+        else:
+            m = _sum([usage.measure(p) for p in pieces] if usage is not None else [])
         points.append(
             SeriesPoint(
                 start=bucket.start,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -291,9 +292,12 @@ def _converter(field: serializers.Field[Any, Any, Any, Any]) -> Callable[[Any], 
 
         def decimal(value: Any) -> Any:
             # Already at the field's scale (as read from a numeric column): DRF's quantize
-            # would change nothing.
-            if isinstance(value, Decimal) and value.as_tuple().exponent == -(places or 0):
-                return f"{value:f}"
+            # would change nothing. Fixed-point text shows exactly -exponent decimals.
+            if places and isinstance(value, Decimal):
+                text = f"{value:f}"
+                dot = text.find(".")
+                if dot >= 0 and len(text) - dot - 1 == places:
+                    return text
             return slow(value)
 
         return decimal
@@ -315,6 +319,24 @@ def _plain_fields(
     return tuple(out)
 
 
+# Raise when the rendering of a value changes without a change of fields (``_converter``):
+# stored renderings of statement lines are keyed by it.
+LINES_RENDERING_VERSION = 1
+
+
+@functools.cache
+def lines_rendering() -> str:
+    """A short digest of how ``StatementLineSerializer`` renders (names, sources, kinds,
+    scales, and ``LINES_RENDERING_VERSION``): part of the key of stored renderings, so a
+    change of fields misses them."""
+    shape: list[Any] = [LINES_RENDERING_VERSION]
+    shape += [
+        (name, str(f.source), type(f).__name__, getattr(f, "decimal_places", None))
+        for name, f in StatementLineSerializer().fields.items()
+    ]
+    return hashlib.sha256(repr(shape).encode()).hexdigest()[:12]
+
+
 def row_sources(serializer_class: type[serializers.Serializer[Any]]) -> list[str]:
     """The attributes to read (``values_list(*row_sources(S))``), in the fields' order."""
     return [source for _, source, _ in _plain_fields(serializer_class)]
@@ -331,3 +353,60 @@ def rows_data(
         }
         for row in rows
     ]
+
+
+# The GPU list: ``GpuSerializer``'s document from plain rows (``GPU_ROW_SOURCES`` of
+# ``gpus_for_caller(...).values(...)``) and the holdings read for the page in one query.
+GPU_ROW_SOURCES: dict[str, str] = {
+    "id": "id",
+    "serial": "serial",
+    "nvml_uuid": "nvml_uuid",
+    "model": "model__name",
+    "memory_mib": "model__memory_mib",
+    "lifecycle_state": "lifecycle_state",
+    "telemetry_state": "telemetry_state",
+    "telemetry_state_since": "telemetry_state_since",
+}
+PLACEMENT_SOURCES = ("site_code", "cluster_code", "hostname", "slot")
+
+
+@functools.cache
+def _gpu_converters() -> tuple[
+    tuple[tuple[str, str, Callable[[Any], Any]], ...],
+    tuple[tuple[str, str, Callable[[Any], Any]], ...],
+]:
+    fields = GpuSerializer().fields
+    assert list(fields) == [*GPU_ROW_SOURCES, "placement", "holdings"], list(fields)
+    top = tuple(
+        (name, source, _converter(fields[name])) for name, source in GPU_ROW_SOURCES.items()
+    )
+    placement = PlacementNowSerializer().fields
+    nested = tuple(
+        (name, str(field.source), _converter(field)) for name, field in placement.items()
+    )
+    assert [source for _, source, _ in nested] == list(PLACEMENT_SOURCES)
+    return top, nested
+
+
+def gpus_data(
+    rows: Iterable[dict[str, Any]], holdings: dict[Any, list[tuple[Any, ...]]]
+) -> list[dict[str, Any]]:
+    """What ``GpuSerializer(gpus, many=True).data`` gives, from ``values()`` rows (with
+    ``GPU_ROW_SOURCES`` and the placement annotations) and ``holdings`` per GPU id."""
+    top, nested = _gpu_converters()
+    out = []
+    for row in rows:
+        item: dict[str, Any] = {}
+        for name, source, convert in top:
+            value = row[source]
+            item[name] = None if value is None else convert(value)
+        if row["hostname"] is None:
+            item["placement"] = None
+        else:
+            item["placement"] = {
+                name: None if row[source] is None else convert(row[source])
+                for name, source, convert in nested
+            }
+        item["holdings"] = rows_data(HoldingSerializer, holdings.get(row["id"], ()))
+        out.append(item)
+    return out

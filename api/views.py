@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import operator
+import secrets
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -33,6 +35,8 @@ from api.pagination import ApiCursorPagination
 from api.permissions import AnyScope, FleetRead, StatementsRead, TelemetryRead
 from api.selectors import STEPS, gpu_series
 from api.serializers import (
+    GPU_ROW_SOURCES,
+    PLACEMENT_SOURCES,
     EventFilterSerializer,
     GpuFilterSerializer,
     GpuSerializer,
@@ -49,6 +53,8 @@ from api.serializers import (
     StatementFilterSerializer,
     StatementLineSerializer,
     StatementSerializer,
+    gpus_data,
+    lines_rendering,
     row_sources,
     rows_data,
 )
@@ -140,11 +146,27 @@ class GpuList(_GpuMixin, ListAPIView[Any]):
 
     filter_serializer = GpuFilterSerializer
 
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # Rows, not model instances through the nested serializers: the same document
+        # (tests/api/test_rendering.py), without DRF's walk over 100 GPUs and their holdings.
+        gpus = self.filter_queryset(self.get_queryset()).prefetch_related(None)
+        rows = gpus.values(*GPU_ROW_SOURCES.values(), *PLACEMENT_SOURCES, "created_at")
+        page = self.paginate_queryset(rows)
+        assert page is not None
+        holdings = access.holdings_for_caller(
+            caller=self.caller,
+            scope=ApiScope.FLEET_READ,
+            gpu_ids=[row["id"] for row in page],
+            now=self._now,
+        )
+        return self.get_paginated_response(gpus_data(page, holdings))
+
     def get_queryset(self) -> QuerySet[Any]:
         q = self.query()
-        held_at = datetime.now(UTC) if q["held"] == "now" else None
+        self._now = datetime.now(UTC)
+        held_at = self._now if q["held"] == "now" else None
         gpus = access.gpus_for_caller(
-            caller=self.caller, scope=ApiScope.FLEET_READ, held_at=held_at
+            caller=self.caller, scope=ApiScope.FLEET_READ, held_at=held_at, now=self._now
         )
         if "owner" in q:
             # Only an owner the key may read: filtering by anyone else's id would reveal
@@ -207,7 +229,9 @@ class GpuSeries(ApiView):
             raise serializers.ValidationError(
                 {"end": f"At most {settings.API_SERIES_MAX_BUCKETS} {step}s per request."}
             )
-        gpu = access.gpu_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk)
+        gpu = access.gpu_for_caller(
+            caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk, bare=True
+        )
         owner_ids = access.owner_ids_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ)
         points = gpu_series(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
         values = operator.attrgetter(*row_sources(SeriesPointSerializer))
@@ -329,11 +353,56 @@ def _etag_matches(request: Request, etag: str) -> bool:
     return etag in tags or "*" in tags
 
 
+class _WithLines:
+    """A statement document whose ``lines`` are already JSON (``_lines_json``)."""
+
+    def __init__(self, head: dict[str, Any], lines: bytes) -> None:
+        self.head, self.lines = head, lines
+
+
+class _StatementJSONRenderer(JSONRenderer):
+    """``JSONRenderer``, splicing already-rendered lines into the document: the same bytes as
+    rendering it whole (compact JSON is the concatenation of its parts)."""
+
+    _HOLE = '"lines-' + secrets.token_hex(16) + '"'
+
+    def render(
+        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
+    ) -> Any:
+        if not isinstance(data, _WithLines):
+            return super().render(data, accepted_media_type, renderer_context)
+        if self.get_indent(accepted_media_type, renderer_context or {}) is not None:
+            whole = {**data.head, "lines": json.loads(data.lines)}  # pretty-printed: rare
+            return super().render(whole, accepted_media_type, renderer_context)
+        head = {**data.head, "lines": self._HOLE[1:-1]}
+        body = super().render(head, accepted_media_type, renderer_context)
+        assert body.count(self._HOLE.encode()) == 1
+        return body.replace(self._HOLE.encode(), data.lines)
+
+
+def _lines_json(statement: Statement) -> bytes:
+    """The published statement's lines as compact JSON, rendered once and kept in the cache.
+
+    A published statement and its lines never change (database triggers, billing migration
+    0002), so the key is the statement, its content hash and the lines' rendering; the caller
+    has already been checked for this request. One query on a miss, none on a hit."""
+    key = f"api:statement-lines:{lines_rendering()}:{statement.pk}:{statement.content_sha256}"
+    body = cache.get(key)
+    if body is None:
+        lines = statement.lines.order_by("position").values_list(
+            *row_sources(StatementLineSerializer)
+        )
+        body = JSONRenderer().render(rows_data(StatementLineSerializer, lines))
+        cache.set(key, body, timeout=settings.API_STATEMENT_LINES_CACHE_S)
+    return bytes(body)
+
+
 class StatementDetail(_StatementMixin):
     """One published statement with its lines. ``ETag`` is its content SHA-256: send it back
     in ``If-None-Match`` and an unchanged statement answers 304."""
 
     serializer_class = StatementDetailSerializer
+    renderer_classes = (_StatementJSONRenderer,)
 
     def get(self, request: Request, pk: Any) -> Response:
         statement = access.statement_for_caller(caller=self.caller, statement_id=pk)
@@ -341,12 +410,8 @@ class StatementDetail(_StatementMixin):
         if _etag_matches(request, etag):
             return Response(status=304, headers={"ETag": etag})
         self._versions = {statement.disclosure_version}
-        data = StatementSerializer(statement, context=self.get_serializer_context()).data
-        lines = statement.lines.order_by("position").values_list(
-            *row_sources(StatementLineSerializer)
-        )
-        data["lines"] = rows_data(StatementLineSerializer, lines)
-        return Response(data, headers={"ETag": etag})
+        head = StatementSerializer(statement, context=self.get_serializer_context()).data
+        return Response(_WithLines(dict(head), _lines_json(statement)), headers={"ETag": etag})
 
 
 class CsvRenderer(BaseRenderer):

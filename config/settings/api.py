@@ -20,6 +20,9 @@ REST_FRAMEWORK = {
 API_KEY_RATE = env_str("API_KEY_RATE", "600/minute")
 # The longest range a series request may cover, in buckets (hours or days).
 API_SERIES_MAX_BUCKETS = env_int("API_SERIES_MAX_BUCKETS", 744, minimum=1)
+# How long a published statement's rendered lines stay in the cache (Redis) once asked for:
+# they never change, so this only bounds the memory they take.
+API_STATEMENT_LINES_CACHE_S = env_int("API_STATEMENT_LINES_CACHE_S", 86_400, minimum=1)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Steward partner API",

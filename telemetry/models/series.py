@@ -131,9 +131,15 @@ class GpuStateTransition(models.Model):
 
 
 class HourlyRollup(models.Model):
-    """One GPU, one UTC hour, recomputed from its windows whenever they change. Kept forever."""
+    """One GPU, one UTC hour, recomputed from its windows whenever they change. Kept forever.
 
-    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="+")
+    The unique (gpu, hour) index also carries the figures the accounting sums (state seconds,
+    busy seconds, energy), so a GPU's range is read from the index alone (index-only scan)
+    instead of one heap page per hour: rollups are written hour by hour for every GPU, so one
+    GPU's rows sit on as many pages as it has hours. It also serves lookups by GPU alone.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="+", db_index=False)
     hour = models.DateTimeField()
     windows = models.PositiveIntegerField()
     seconds_up = models.PositiveIntegerField()
@@ -155,7 +161,17 @@ class HourlyRollup(models.Model):
     class Meta:
         ordering: ClassVar = ["gpu", "hour"]
         constraints: ClassVar = [
-            models.UniqueConstraint(fields=["gpu", "hour"], name="telemetry_rollup_once"),
+            models.UniqueConstraint(
+                fields=["gpu", "hour"],
+                include=[
+                    "seconds_up",
+                    "seconds_degraded",
+                    "seconds_down",
+                    "util_gpu_seconds",
+                    "energy_kwh",
+                ],
+                name="telemetry_rollup_once",
+            ),
         ]
         indexes: ClassVar = [models.Index(fields=["hour"])]
 

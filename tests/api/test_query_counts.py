@@ -33,14 +33,14 @@ ENDPOINTS: dict[str, tuple[str, int]] = {
     "gpu-ownership": ("/api/v1/gpus/{gpu}/ownership", 5),
     "gpu-series": (
         "/api/v1/gpus/{gpu}/series?start=2026-03-01T00:00:00Z&end=2026-03-02T00:00:00Z&step=hour",
-        19,
+        12,  # every bucket from the rollups; a few more when some need the engine's cells
     ),
     "incidents": ("/api/v1/incidents", 3),
     "incident": ("/api/v1/incidents/{incident}", 3),
     "maintenance": ("/api/v1/maintenance", 3),
     "maintenance-window": ("/api/v1/maintenance/{maintenance}", 3),
     "statements": ("/api/v1/statements", 4),
-    "statement": ("/api/v1/statements/{statement}", 5),
+    "statement": ("/api/v1/statements/{statement}", 5),  # 4 once its lines are cached
     "statement-csv": ("/api/v1/statements/{statement}/csv", 7),
     "statement-pdf": ("/api/v1/statements/{statement}/pdf", 7),
     "payouts": ("/api/v1/payouts", 3),

@@ -1,5 +1,6 @@
-"""Statements and series are rendered row by row without DRF's per-object walk
-(``api.serializers.rows_data``): the bytes must be exactly what the serializers give."""
+"""Statements, series and the GPU list are rendered row by row without DRF's per-object walk
+(``api.serializers.rows_data``, ``gpus_data``), and a published statement's lines once (the
+cache): the bytes must be exactly what the serializers give."""
 
 from __future__ import annotations
 
@@ -7,19 +8,26 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.renderers import JSONRenderer
 
-from accounts.models import Disclosure
+from accounts import services as accounts
+from accounts.models import Disclosure, PartnerGrant
 from api.selectors import SeriesPoint
 from api.serializers import (
     SeriesPointSerializer,
     StatementDetailSerializer,
     StatementLineSerializer,
+    _plain_fields,
     row_sources,
     rows_data,
 )
 from billing.models import Statement, StatementLine
-from tests.api.conftest import NOW, client_for
+from fleet.models import Placement
+from telemetry.models import GpuStateTransition
+from tests.api.conftest import ALL_SCOPES, NOW, client_for
+from tests.billing import scenario as s
 
 UTC = dt.UTC
 
@@ -138,3 +146,94 @@ def test_series_points_render_as_the_serializer_renders_them():
     assert _json(fast) == _json(slow)
     assert fast[1]["availability"] is None
     assert fast[1]["energy_kwh"] == "0.000000"
+
+
+def test_the_gpu_list_is_the_detail_documents_of_its_gpus(world, bob):
+    """The list renders rows itself (``gpus_data``); each GPU must read exactly as its detail
+    (``GpuSerializer``): placed or not, with or without telemetry, shared or no longer held."""
+    f = s.fleet("lon1")
+    shared = s.gpu(f, "SN-SHARED", slot=0)
+    s.own(shared, world.a.owner, 6_000, s.EPOCH)
+    s.own(shared, world.b.owner, 4_000, s.EPOCH)
+    gone = s.gpu(f, "SN-GONE", slot=1)
+    Placement.objects.filter(gpu=gone).update(valid_to=NOW - dt.timedelta(days=1))
+    s.own(gone, world.a.owner, 10_000, s.EPOCH, NOW - dt.timedelta(days=3))
+    GpuStateTransition.objects.create(
+        gpu=world.a.gpu, state="up", at=NOW - dt.timedelta(hours=1, microseconds=5)
+    )
+    GpuStateTransition.objects.create(gpu=shared, state="down", at=NOW + dt.timedelta(hours=1))
+    accounts.partner_grant_create(
+        owner=world.b.owner, partner=world.partner, scopes=ALL_SCOPES, by=bob
+    )
+    client = client_for(world.keys["partner_granted_a"])
+
+    def detail(gpu_id):
+        response = client.get(f"/api/v1/gpus/{gpu_id}")
+        assert response.status_code == 200
+        return response.content
+
+    for query in ("", "?held=now", "?cluster=a", "?ordering=-created_at"):
+        response = client.get(f"/api/v1/gpus{query}")
+        assert response.status_code == 200, response.content
+        ids = [g["id"] for g in response.json()["results"]]
+        assert len(ids) == (4 if query in ("", "?ordering=-created_at") else 3)
+        expected = b'"results":[' + b",".join(detail(i) for i in ids) + b"]}"
+        assert response.content.endswith(expected)
+    rows = {g["serial"]: g for g in client.get("/api/v1/gpus").json()["results"]}
+    assert rows["SN-GONE"]["placement"] is None and rows["SN-GONE"]["holdings"] == []
+    assert [h["share_bps"] for h in rows["SN-SHARED"]["holdings"]] != []
+    assert len(rows["SN-SHARED"]["holdings"]) == 2
+    assert rows["SN-FRA1"]["telemetry_state"] == "up"
+    assert rows["SN-SHARED"]["telemetry_state"] is None  # its transition is still ahead
+
+    # Cursor pages over rows: every GPU once, in order.
+    seen, path = [], "/api/v1/gpus?limit=1"
+    while path:
+        page = client.get(path).json()
+        seen += [g["serial"] for g in page["results"]]
+        path = page["next"]
+    assert seen == sorted(rows)
+
+
+def test_a_statement_reads_the_same_from_its_stored_lines(world, alice):
+    """The lines of a published statement are rendered once and kept in the cache: the next
+    request reads the same bytes with one query fewer, pretty-printing still works, and the
+    access check still runs on every request."""
+    statement = world.a.statement
+    path = f"/api/v1/statements/{statement.pk}"
+    client = client_for(world.keys["partner_granted_a"])
+    client.get("/api/v1/owners")  # the key's last use is recorded once a minute
+    counts, bodies = [], []
+    for _ in range(2):
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(path)
+        assert response.status_code == 200
+        counts.append(len(queries))
+        bodies.append(response.content)
+    assert bodies[0] == bodies[1]
+    assert counts == [5, 4]
+    disclosures = {d.version: d for d in Disclosure.objects.all()}
+    expected = StatementDetailSerializer(statement, context={"disclosures": disclosures}).data
+    assert bodies[1] == _json(expected)
+    pretty = client.get(path, HTTP_ACCEPT="application/json; indent=2")
+    assert pretty.content == JSONRenderer().render(expected, "application/json; indent=2", {})
+    assert pretty.content != bodies[1]
+
+    grant = PartnerGrant.objects.get(
+        owner=world.a.owner, partner=world.partner, revoked_at__isnull=True
+    )
+    accounts.partner_grant_revoke(grant=grant, by=alice)
+    assert client.get(path).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["0", "0E-6", "-0.000001", "1E+2", "123.4560000", "1.5E-7", "0.8333335", "-123.123456"],
+)
+def test_a_decimal_renders_as_drf_renders_it(value):
+    """The fast text of a value already at the field's scale, DRF's quantize otherwise."""
+    field = SeriesPointSerializer().fields["availability"]
+    (convert,) = [
+        c for name, _, c in _plain_fields(SeriesPointSerializer) if name == "availability"
+    ]
+    assert convert(Decimal(value)) == field.to_representation(Decimal(value))
