@@ -90,31 +90,38 @@ SELECT date_bin(%(width)s, h.hour, %(origin)s) AS bucket,
 _ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # the API's buckets are aligned to it (views)
 
 
-def _plain(fact: GpuFacts, cuts: Sequence[datetime], b: Interval) -> bool:
+def _plain(
+    fact: GpuFacts, cuts: Sequence[datetime], b: Interval, segments: dict[int, bool]
+) -> bool:
     """Whether a bucket of whole hours that the caller's accounts held (some of) is one cell
     counted from telemetry: nothing the accounting cuts at inside it (no boundary of holding,
     service, maintenance, incidents, ownership or rentals: so it is held throughout), and in
-    service, outside maintenance and incidents at its start (so throughout)."""
+    service, outside maintenance and incidents at its start (so throughout).
+
+    ``cuts`` holds every end of those intervals, so between two cuts the answer at the start
+    does not change: ``segments`` keeps it per gap between cuts."""
     inside = bisect.bisect_right(cuts, b.start)
     if inside < len(cuts) and cuts[inside] < b.end:
         return False
-    return (
-        _covers(fact.in_service, b.start)
-        and not _covers(fact.maintenance, b.start)
-        and not _covers(fact.incidents, b.start)
-        and not _covers(fact.operator_incidents, b.start)
-    )
+    known = segments.get(inside)
+    if known is None:
+        known = segments[inside] = (
+            _covers(fact.in_service, b.start)
+            and not _covers(fact.maintenance, b.start)
+            and not _covers(fact.incidents, b.start)
+            and not _covers(fact.operator_incidents, b.start)
+        )
+    return known
 
 
 def _covers(intervals: Sequence[Interval], at: datetime) -> bool:
     return any(i.start <= at < i.end for i in intervals)
 
 
-def _plain_measures(
-    *, gpu: Gpu, buckets: Sequence[Interval], start: datetime, end: datetime, width: timedelta
-) -> dict[datetime, Measure]:
-    """The measure of each plain bucket, as ``CellUsage.measure`` gives it for one cell of
-    whole hours (rollups; nothing when there are none): one grouped read of the rollups."""
+def _plain_sums(
+    *, gpu: Gpu, start: datetime, end: datetime, width: timedelta
+) -> dict[datetime, tuple[Any, ...]]:
+    """Per bucket start, the rollups' (up, down, busy, energy) sums: one grouped read."""
     params: dict[str, Any] = {
         "width": width,
         "origin": _ORIGIN,
@@ -124,22 +131,48 @@ def _plain_measures(
     }
     with connection.cursor() as cursor:
         cursor.execute(_BUCKET_ROLLUPS, params)
-        sums = {row[0]: row[1:] for row in cursor.fetchall()}
-    out = {}
-    for b in buckets:
-        up, down, busy, energy = sums.get(b.start, (0, 0, Decimal(0), Decimal(0)))
-        seconds = b.seconds
-        out[b.start] = Measure(
-            in_service_s=seconds,
-            maintenance_s=0,
-            down_s=int(down),
-            up_s=int(up),
-            no_data_s=seconds - int(down) - int(up),
-            busy_s=(busy + Decimal(0)) / 100,
-            energy_kwh=energy + Decimal(0),
-            operator_incident_s=0,
-        )
-    return out
+        return {row[0]: row[1:] for row in cursor.fetchall()}
+
+
+SIX = Decimal("0.000001")
+_NO_SUMS = (0, 0, Decimal(0), Decimal(0))
+
+
+def _half_even6(numerator: int, denominator: int) -> Decimal:
+    """numerator ÷ denominator (both ≥ 0) rounded half-even to 6 places: what
+    ``as_decimal(Fraction(numerator, denominator))`` gives, in integers."""
+    q, r = divmod(numerator * 1_000_000, denominator)
+    if 2 * r > denominator or (2 * r == denominator and q & 1):
+        q += 1
+    return Decimal(q).scaleb(-6)
+
+
+def _plain_point(bucket: Interval, sums: tuple[Any, ...]) -> SeriesPoint:
+    """The point of a plain bucket (one cell of whole hours, in service, no maintenance or
+    incident): ``CellUsage.measure``'s figures for it, from the rollups' sums, rounded as
+    ``as_decimal`` rounds them (tests/api/test_series_fast_path.py compares the two)."""
+    up_sum, down_sum, busy, energy = sums
+    up, down, seconds = int(up_sum), int(down_sum), bucket.seconds
+    busy_s = (busy + Decimal(0)) / 100
+    if up:
+        n, d = busy_s.as_integer_ratio()
+        utilization: Decimal | None = _half_even6(n, d * up)
+    else:
+        utilization = None
+    return SeriesPoint(
+        start=bucket.start,
+        end=bucket.end,
+        held_s=seconds,
+        in_service_s=seconds,
+        up_s=up,
+        down_s=down,
+        maintenance_s=0,
+        no_data_s=seconds - down - up,
+        availability=_half_even6(up, seconds) if seconds else None,
+        utilization=utilization,
+        busy_gpu_hours=(busy_s / 3600).quantize(SIX),
+        energy_kwh=(energy + Decimal(0)).quantize(SIX),
+    )
 
 
 def gpu_series(
@@ -163,58 +196,50 @@ def gpu_series(
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     window = Interval(start, end)
     held = _held(gpu=gpu, owner_ids=owner_ids, window=window)
-    buckets: list[Interval] = []
+    (fact,) = gpu_facts(gpu_ids=[gpu.pk], start=start, end=end)
+    boundaries = sorted(fact.boundaries() | {t for h in held for t in (h.start, h.end)})
+    whole_hours = fast and start == hour_of(start) and width % HOUR == timedelta(0)
+    segments: dict[int, bool] = {}
+    # Each bucket with the pieces of it the caller's accounts held, and whether it is plain.
+    buckets: list[tuple[Interval, list[Interval], bool]] = []
     at = start
     while at < end:
-        buckets.append(Interval(at, min(at + width, end)))
-        at += width
-    cuts = {b.start for b in buckets} | {t for h in held for t in (h.start, h.end)}
-    cuts = {t for t in cuts if start < t < end}
-    (fact,) = gpu_facts(gpu_ids=[gpu.pk], start=start, end=end)
-    pieces_of = [
-        [
-            Interval(max(h.start, bucket.start), min(h.end, bucket.end))
+        b = Interval(at, min(at + width, end))
+        pieces = [
+            Interval(max(h.start, at), min(h.end, b.end))
             for h in held
-            if h.start < bucket.end and h.end > bucket.start
+            if h.start < b.end and h.end > at
         ]
-        for bucket in buckets
-    ]
-    boundaries = sorted(fact.boundaries() | {t for h in held for t in (h.start, h.end)})
-    whole_hours = start == hour_of(start) and width % HOUR == timedelta(0)
-    plain = {
-        b.start
-        for b, pieces in zip(buckets, pieces_of, strict=True)
-        if fast and whole_hours and pieces and _plain(fact, boundaries, b)
-    }
-    measured: dict[datetime, Measure] = {}
-    if plain:
-        measured = _plain_measures(
-            gpu=gpu,
-            buckets=[b for b in buckets if b.start in plain],
-            start=start,
-            end=end,
-            width=width,
-        )
-    rest = [
-        b for b, pieces in zip(buckets, pieces_of, strict=True) if pieces and b.start not in plain
-    ]
+        plain = bool(pieces) and whole_hours and _plain(fact, boundaries, b, segments)
+        buckets.append((b, pieces, plain))
+        at = b.end
+    sums = (
+        _plain_sums(gpu=gpu, start=start, end=end, width=width)
+        if any(plain for _, _, plain in buckets)
+        else {}
+    )
+    rest = [b for b, pieces, plain in buckets if pieces and not plain]
     usage = None
     if rest:
-        # Only the span the other buckets cover: the loader cuts cells inside the range.
+        # Only the span the other buckets cover: the loader cuts cells inside the range, at
+        # every bucket and holding.
+        cuts = {b.start for b, _, _ in buckets} | {t for h in held for t in (h.start, h.end)}
+        cuts = {t for t in cuts if start < t < end}
         span = Interval(rest[0].start, rest[-1].end)
         narrowed = dataclasses.replace(fact, range=span)
         usage = cells_load(facts=[narrowed], extra_cuts={gpu.pk: cuts}).get(gpu.pk)
     points = []
-    for bucket, pieces in zip(buckets, pieces_of, strict=True):
-        if bucket.start in measured:
-            m = measured[bucket.start]
-        else:
-            m = _sum([usage.measure(p) for p in pieces] if usage is not None else [])
+    for bucket, pieces, plain in buckets:
+        if plain:  # held throughout (no holding boundary inside): held_s is the bucket's
+            points.append(_plain_point(bucket, sums.get(bucket.start, _NO_SUMS)))
+            continue
+        held_s = sum(p.seconds for p in pieces)
+        m = _sum([usage.measure(p) for p in pieces] if usage is not None else [])
         points.append(
             SeriesPoint(
                 start=bucket.start,
                 end=bucket.end,
-                held_s=sum(int((p.end - p.start).total_seconds()) for p in pieces),
+                held_s=held_s,
                 in_service_s=m.in_service_s,
                 up_s=m.up_s,
                 down_s=m.down_s,
@@ -222,8 +247,8 @@ def gpu_series(
                 no_data_s=m.no_data_s,
                 availability=as_decimal(m.availability),
                 utilization=as_decimal(m.utilization),
-                busy_gpu_hours=(m.busy_s / 3600).quantize(Decimal("0.000001")),
-                energy_kwh=m.energy_kwh.quantize(Decimal("0.000001")),
+                busy_gpu_hours=(m.busy_s / 3600).quantize(SIX),
+                energy_kwh=m.energy_kwh.quantize(SIX),
             )
         )
     return points
