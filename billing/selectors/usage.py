@@ -16,7 +16,7 @@ import itertools
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -107,6 +107,25 @@ SELECT c.idx, a.up, a.down, a.busy, a.energy
  WHERE c.common
 """
 
+# Whole UTC days (the close cuts every GPU's period at each midnight, so most of its cells are
+# one whole day of hours): one aggregate per day, ``GROUP BY gpu_id`` over that day's rows of
+# the hour index, all days in one ``UNION ALL`` that PostgreSQL runs as a parallel append —
+# about the cost of the plain aggregate over the same hours. (One ``GROUP BY gpu_id, day``
+# over the range keeps every GPU-day's numeric sums in one hash table, ~3 × as costly; the
+# range join of the cells in a temp table runs in one process, ~6 ×.) The cells then take
+# their day's sums in Python and never go into the temp table.
+_ROLLUP_DAY = """
+SELECT %s::timestamptz, h.gpu_id, sum(h.seconds_up + h.seconds_degraded), sum(h.seconds_down),
+       sum(h.util_gpu_seconds), sum(h.energy_kwh)
+  FROM telemetry_hourlyrollup h
+ WHERE h.hour >= %s AND h.hour < %s
+ GROUP BY h.gpu_id
+"""
+# From this many whole-day cells on, and for at most this many days, take the days' sums so.
+DAY_CELLS = 2_000
+MAX_DAYS = 62
+DAY = timedelta(days=1)
+
 _TEMP = """
 CREATE TEMP TABLE IF NOT EXISTS billing_usage_cell (
     idx integer PRIMARY KEY, gpu_id uuid, lo timestamptz, hi timestamptz,
@@ -126,6 +145,12 @@ def cell_bounds(fact: GpuFacts, extra_cuts: Iterable[datetime] = ()) -> list[Int
     cuts = {fact.range.start, fact.range.end, *fact.boundaries()}
     cuts.update(t for t in extra_cuts if fact.range.start < t < fact.range.end)
     return [Interval(a, b) for a, b in itertools.pairwise(sorted(cuts))]
+
+
+def _is_midnight(at: datetime) -> bool:
+    """A UTC midnight (the days the rollups are summed by are UTC days)."""
+    utc = at.astimezone(UTC)
+    return utc == utc.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def _covers(intervals: Sequence[Interval], at: datetime) -> bool:
@@ -165,6 +190,7 @@ def cells_load_many(
 
     cell_rows: list[tuple[Any, ...]] = []
     range_rows: list[tuple[Any, ...]] = []
+    day_cells: dict[tuple[uuid.UUID, datetime], list[int]] = defaultdict(list)
     for idx, (_, gpu_id, bounds, (in_service, *_)) in enumerate(shapes):
         if not in_service:
             continue
@@ -179,7 +205,16 @@ def cells_load_many(
                 range_rows.append((idx, gpu_id, bounds.start, h0))
             if h1 < bounds.end:
                 range_rows.append((idx, gpu_id, h1, bounds.end))
+        if h1 - h0 == DAY and _is_midnight(h0):
+            day_cells[gpu_id, h0].append(idx)
         cell_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
+    days = sorted({day for _, day in day_cells})
+    by_day = sum(map(len, day_cells.values())) >= DAY_CELLS and len(days) <= MAX_DAYS
+    if by_day:
+        taken = {idx for indices in day_cells.values() for idx in indices}
+        cell_rows = [row for row in cell_rows if row[0] not in taken]
+    else:
+        day_cells.clear()
     spans = Counter((row[4], row[5]) for row in cell_rows if row[4] < row[5])
     common = spans.most_common(1)[0][0] if spans else None
     cell_rows = [(*row, (row[4], row[5]) == common) for row in cell_rows]
@@ -188,17 +223,26 @@ def cells_load_many(
     pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        cursor.execute(_TEMP)
-        raw = cursor.cursor
-        with raw.copy(
-            "COPY billing_usage_cell (idx, gpu_id, lo, hi, h0, h1, common) FROM STDIN"
-        ) as copy:
-            for row in cell_rows:
-                copy.write_row(row)
-        with raw.copy("COPY billing_usage_range (idx, gpu_id, lo, hi) FROM STDIN") as copy:
-            for row in range_rows:
-                copy.write_row(row)
-        cursor.execute("ANALYZE billing_usage_cell; ANALYZE billing_usage_range")
+        if day_cells:
+            cursor.execute(
+                "\nUNION ALL\n".join([_ROLLUP_DAY] * len(days)),
+                [value for day in days for value in (day, day, day + DAY)],
+            )
+            for day, gpu_id, up, down, busy, energy in cursor.fetchall():
+                for idx in day_cells.get((gpu_id, day), ()):
+                    whole[idx] = (int(up), int(down), busy, energy)
+        if cell_rows or range_rows:
+            cursor.execute(_TEMP)
+            raw = cursor.cursor
+            with raw.copy(
+                "COPY billing_usage_cell (idx, gpu_id, lo, hi, h0, h1, common) FROM STDIN"
+            ) as copy:
+                for row in cell_rows:
+                    copy.write_row(row)
+            with raw.copy("COPY billing_usage_range (idx, gpu_id, lo, hi) FROM STDIN") as copy:
+                for row in range_rows:
+                    copy.write_row(row)
+            cursor.execute("ANALYZE billing_usage_cell; ANALYZE billing_usage_range")
         if use_rollups and cell_rows:
             others = sum(1 for row in cell_rows if row[4] < row[5] and not row[6])
             cursor.execute(_ROLLUP_WHOLE_HOURS_FEW if others <= FEW_CELLS else _ROLLUP_WHOLE_HOURS)
