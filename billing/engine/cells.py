@@ -15,6 +15,7 @@ recomputing from them reproduces the statement.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -178,7 +179,9 @@ class CellUsage:
         )
 
 
+@functools.lru_cache(maxsize=4096)
 def _iso(at: datetime) -> str:
+    """Cached: a close writes the same instants (midnights, cuts) for every GPU."""
     return at.isoformat().replace("+00:00", "Z")
 
 

@@ -125,6 +125,7 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
             existing = {
                 (str(s.owner_id), s.currency): s
                 for s in Statement.objects.select_for_update()
+                .defer("frozen_inputs")  # large, and compared by hash
                 .filter(period=period, owner_id__in=[k[0] for k in keys[i : i + WRITE_CHUNK]])
                 .order_by("pk")
             }
@@ -162,6 +163,7 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
             Statement.objects.select_for_update()
             .filter(period=period)
             .exclude(status=Statement.Status.PUBLISHED)
+            .only("pk", "owner_id", "currency")
         )
         for statement in stale.order_by("pk"):
             if (str(statement.owner_id), statement.currency) not in drafts:
