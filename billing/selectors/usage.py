@@ -13,6 +13,7 @@ exactly as ``telemetry.services.derived`` computes rollups.
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -24,7 +25,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from billing.engine.cells import Cell, CellUsage, PartialHour
-from billing.engine.intervals import Interval
+from billing.engine.intervals import Interval, normalize
 from billing.engine.usage import (
     BUSY_QUANTUM,
     ENERGY_QUANTUM,
@@ -115,7 +116,7 @@ SELECT c.idx, a.up, a.down, a.busy, a.energy
 # range join of the cells in a temp table runs in one process, ~6 ×.) The cells then take
 # their day's sums in Python and never go into the temp table.
 _ROLLUP_DAY = """
-SELECT %s::timestamptz, h.gpu_id, sum(h.seconds_up + h.seconds_degraded), sum(h.seconds_down),
+SELECT %s::integer, h.gpu_id::text, sum(h.seconds_up + h.seconds_degraded), sum(h.seconds_down),
        sum(h.util_gpu_seconds), sum(h.energy_kwh)
   FROM telemetry_hourlyrollup h
  WHERE h.hour >= %s AND h.hour < %s
@@ -136,6 +137,72 @@ TRUNCATE billing_usage_cell, billing_usage_range;
 """
 
 
+class DaySums:
+    """Every GPU's rollups summed per whole UTC day (``_ROLLUP_DAY``), as rows of (day,
+    GPU id as text, up, down, busy, energy).
+
+    ``DaySums.start`` runs the query on a connection of its own, in a thread, while the
+    caller goes on loading facts and cutting cells (the database aggregates while Python
+    works); ``rows()`` waits for it. The rows are the same as from the caller's connection
+    whenever it sees the same committed rollups, so this is only for a caller outside a
+    transaction (``start`` returns None inside one: a thread could not see its writes).
+    """
+
+    def __init__(self, days: Sequence[datetime], *, cursor: Any = None) -> None:
+        self.days = list(days)
+        self._rows: list[tuple[Any, ...]] = []
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if cursor is not None:
+            self._rows = self._query(cursor)
+
+    @classmethod
+    def start(cls, window: Interval) -> DaySums | None:
+        first = _ceil_day(window.start)
+        days: list[datetime] = []
+        while first + DAY <= window.end and len(days) < MAX_DAYS:
+            days.append(first)
+            first += DAY
+        if not days or connection.in_atomic_block:
+            return None
+        sums = cls(days)
+        sums._thread = threading.Thread(target=sums._run, name="billing-day-sums", daemon=True)
+        sums._thread.start()
+        return sums
+
+    def _query(self, cursor: Any) -> list[tuple[Any, ...]]:
+        cursor.execute(
+            "\nUNION ALL\n".join([_ROLLUP_DAY] * len(self.days)),
+            [value for i, day in enumerate(self.days) for value in (i, day, day + DAY)],
+        )
+        return [(self.days[row[0]], *row[1:]) for row in cursor.fetchall()]
+
+    def _run(self) -> None:
+        try:
+            with connection.cursor() as cursor:  # this thread's own connection
+                self._rows = self._query(cursor)
+        except BaseException as exc:  # handed to the caller by rows()
+            self._error = exc
+        finally:
+            connection.close()
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._rows
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+
+def _ceil_day(at: datetime) -> datetime:
+    utc = at.astimezone(UTC)
+    floor = utc.replace(hour=0, minute=0, second=0, microsecond=0)
+    return floor if floor == utc else floor + DAY
+
+
 def _ceil_hour(at: datetime) -> datetime:
     floor = hour_of(at)
     return floor if floor == at else floor + HOUR
@@ -153,8 +220,18 @@ def _is_midnight(at: datetime) -> bool:
     return utc == utc.replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def _covers(intervals: Sequence[Interval], at: datetime) -> bool:
-    return any(i.start <= at < i.end for i in intervals)
+def _covered(intervals: Sequence[Interval], starts: Sequence[datetime]) -> list[bool]:
+    """For each of the sorted instants, whether one of the intervals covers it (one sweep)."""
+    if not intervals:
+        return [False] * len(starts)
+    merged = normalize(intervals)
+    out: list[bool] = []
+    j = 0
+    for at in starts:
+        while j < len(merged) and merged[j].end <= at:
+            j += 1
+        out.append(j < len(merged) and merged[j].start <= at)
+    return out
 
 
 def cells_load(
@@ -172,48 +249,69 @@ def cells_load_many(
     *,
     groups: Sequence[tuple[Sequence[GpuFacts], dict[uuid.UUID, set[datetime]]]],
     use_rollups: bool = True,
+    day_sums: DaySums | None = None,
 ) -> list[dict[uuid.UUID, CellUsage]]:
     """``cells_load`` for several groups of facts (one per cluster: a GPU that moved has
-    facts in each) in the same two queries, so the rollups are scanned once for all."""
-    shapes: list[tuple[int, uuid.UUID, Interval, tuple[bool, bool, bool, bool]]] = []
+    facts in each) in the same two queries, so the rollups are scanned once for all.
+    ``day_sums``: the whole days' sums, already asked for (``DaySums.start``)."""
+    # Per fact, its cells as (idx, bounds, (in service, maintenance, incident, operator)).
+    Flags = tuple[bool, bool, bool, bool]
+    shapes: list[tuple[int, GpuFacts, list[tuple[int, Interval, Flags]]]] = []
+    idx = 0
     for group, (facts, extra_cuts) in enumerate(groups):
         for fact in facts:
-            for bounds in cell_bounds(fact, extra_cuts.get(fact.gpu_id, ())):
-                at = bounds.start
-                flags = (
-                    _covers(fact.in_service, at),
-                    _covers(fact.maintenance, at),
-                    _covers(fact.incidents, at),
-                    _covers(fact.operator_incidents, at),
-                )
-                shapes.append((group, fact.gpu_id, bounds, flags))
+            cut = cell_bounds(fact, extra_cuts.get(fact.gpu_id, ()))
+            starts = [b.start for b in cut]
+            flags = zip(
+                _covered(fact.in_service, starts),
+                _covered(fact.maintenance, starts),
+                _covered(fact.incidents, starts),
+                _covered(fact.operator_incidents, starts),
+                strict=True,
+            )
+            cells_of = [(idx + i, b, f) for i, (b, f) in enumerate(zip(cut, flags, strict=True))]
+            shapes.append((group, fact, cells_of))
+            idx += len(cut)
+
+    # Instants repeat across GPUs (midnights, rate-card changes): their hours once each.
+    hours: dict[datetime, tuple[datetime, datetime, bool]] = {}
+
+    def hours_of(at: datetime) -> tuple[datetime, datetime, bool]:
+        known = hours.get(at)
+        if known is None:
+            known = hours[at] = (_ceil_hour(at), hour_of(at), _is_midnight(at))
+        return known
 
     cell_rows: list[tuple[Any, ...]] = []
     range_rows: list[tuple[Any, ...]] = []
-    day_cells: dict[tuple[uuid.UUID, datetime], list[int]] = defaultdict(list)
-    for idx, (_, gpu_id, bounds, (in_service, *_)) in enumerate(shapes):
-        if not in_service:
-            continue
-        h0, h1 = _ceil_hour(bounds.start), hour_of(bounds.end)
-        if not use_rollups:
-            h0 = h1 = bounds.start  # no whole hours from rollups: windows for everything
-            range_rows.append((idx, gpu_id, bounds.start, bounds.end))
-        elif h0 > h1:  # inside one hour
-            range_rows.append((idx, gpu_id, bounds.start, bounds.end))
-        else:
-            if bounds.start < h0:
-                range_rows.append((idx, gpu_id, bounds.start, h0))
-            if h1 < bounds.end:
-                range_rows.append((idx, gpu_id, h1, bounds.end))
-        if h1 - h0 == DAY and _is_midnight(h0):
-            day_cells[gpu_id, h0].append(idx)
-        cell_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
+    day_cells: dict[tuple[str, datetime], list[int]] = defaultdict(list)
+    day_rows: list[tuple[Any, ...]] = []
+    for _, fact, cells_of in shapes:
+        gpu_id = fact.gpu_id
+        gpu_key = str(gpu_id)
+        for idx, bounds, (in_service, *_) in cells_of:
+            if not in_service:
+                continue
+            h0 = hours_of(bounds.start)[0]
+            h1 = hours_of(bounds.end)[1]
+            if not use_rollups:
+                h0 = h1 = bounds.start  # no whole hours from rollups: windows for everything
+                range_rows.append((idx, gpu_id, bounds.start, bounds.end))
+            elif h0 > h1:  # inside one hour
+                range_rows.append((idx, gpu_id, bounds.start, bounds.end))
+            else:
+                if bounds.start < h0:
+                    range_rows.append((idx, gpu_id, bounds.start, h0))
+                if h1 < bounds.end:
+                    range_rows.append((idx, gpu_id, h1, bounds.end))
+                if h1 - h0 == DAY and hours_of(h0)[2]:
+                    day_cells[gpu_key, h0].append(idx)
+                    day_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
+                    continue
+            cell_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
     days = sorted({day for _, day in day_cells})
-    by_day = sum(map(len, day_cells.values())) >= DAY_CELLS and len(days) <= MAX_DAYS
-    if by_day:
-        taken = {idx for indices in day_cells.values() for idx in indices}
-        cell_rows = [row for row in cell_rows if row[0] not in taken]
-    else:
+    if len(day_rows) < DAY_CELLS or len(days) > MAX_DAYS:  # few: as any other cell
+        cell_rows = sorted(cell_rows + day_rows)
         day_cells.clear()
     spans = Counter((row[4], row[5]) for row in cell_rows if row[4] < row[5])
     common = spans.most_common(1)[0][0] if spans else None
@@ -224,12 +322,10 @@ def cells_load_many(
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
         if day_cells:
-            cursor.execute(
-                "\nUNION ALL\n".join([_ROLLUP_DAY] * len(days)),
-                [value for day in days for value in (day, day, day + DAY)],
-            )
-            for day, gpu_id, up, down, busy, energy in cursor.fetchall():
-                for idx in day_cells.get((gpu_id, day), ()):
+            if day_sums is None or not set(days) <= set(day_sums.days):
+                day_sums = DaySums(days, cursor=cursor)
+            for day, gpu_key, up, down, busy, energy in day_sums.rows():
+                for idx in day_cells.get((gpu_key, day), ()):
                     whole[idx] = (int(up), int(down), busy, energy)
         if cell_rows or range_rows:
             cursor.execute(_TEMP)
@@ -257,39 +353,39 @@ def cells_load_many(
             for idx, hour, up, down, busy, energy in cursor.fetchall():
                 pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
 
-    cells: list[dict[uuid.UUID, list[Cell]]] = [defaultdict(list) for _ in groups]
-    for idx, (group, gpu_id, bounds, flags) in enumerate(shapes):
-        in_service, maintenance, incident, operator = flags
-        up, down, busy_whole, energy_whole = whole.get(idx, (0, 0, Decimal(0), Decimal(0)))
-        partial: list[PartialHour] = []
-        for hour, piece_up, piece_down, busy, energy_mj_s in sorted(pieces.get(idx, [])):
-            up += piece_up
-            down += piece_down
-            if bounds.start <= hour and hour + HOUR <= bounds.end:  # a whole hour (windows)
-                busy_whole += round_hour_figure(busy, BUSY_QUANTUM)
-                energy_whole += round_hour_figure(
-                    Fraction(energy_mj_s, 60 * MJ_PER_KWH), ENERGY_QUANTUM
+    nothing = (0, 0, Decimal(0), Decimal(0))
+    usages: list[dict[uuid.UUID, CellUsage]] = [{} for _ in groups]
+    for group, fact, cells_of in shapes:
+        cells: list[Cell] = []
+        for idx, bounds, (in_service, maintenance, incident, operator) in cells_of:
+            up, down, busy_whole, energy_whole = whole.get(idx, nothing)
+            partial: list[PartialHour] = []
+            for hour, piece_up, piece_down, busy, energy_mj_s in sorted(pieces.get(idx) or ()):
+                up += piece_up
+                down += piece_down
+                if bounds.start <= hour and hour + HOUR <= bounds.end:  # a whole hour (windows)
+                    busy_whole += round_hour_figure(busy, BUSY_QUANTUM)
+                    energy_whole += round_hour_figure(
+                        Fraction(energy_mj_s, 60 * MJ_PER_KWH), ENERGY_QUANTUM
+                    )
+                else:
+                    partial.append(PartialHour(hour, busy, energy_mj_s))
+            cells.append(
+                Cell(
+                    interval=bounds,
+                    in_service=in_service,
+                    maintenance=maintenance,
+                    incident=incident,
+                    operator_incident=operator,
+                    telemetry_up_s=up,
+                    telemetry_down_s=down,
+                    whole_busy_pct_s=busy_whole,
+                    whole_energy_kwh=energy_whole,
+                    partial=tuple(partial),
                 )
-            else:
-                partial.append(PartialHour(hour, busy, energy_mj_s))
-        cells[group][gpu_id].append(
-            Cell(
-                interval=bounds,
-                in_service=in_service,
-                maintenance=maintenance,
-                incident=incident,
-                operator_incident=operator,
-                telemetry_up_s=up,
-                telemetry_down_s=down,
-                whole_busy_pct_s=busy_whole,
-                whole_energy_kwh=energy_whole,
-                partial=tuple(partial),
             )
-        )
-    return [
-        {fact.gpu_id: CellUsage(cells[group][fact.gpu_id]) for fact in facts}
-        for group, (facts, _) in enumerate(groups)
-    ]
+        usages[group][fact.gpu_id] = CellUsage(cells)
+    return usages
 
 
 _MINUTES = f"""

@@ -40,7 +40,7 @@ from billing.selectors.facts import (
     rate_boundaries,
     rate_terms,
 )
-from billing.selectors.usage import cells_load_many
+from billing.selectors.usage import DaySums, cells_load_many
 from fleet.models import Cluster, Ownership, Placement
 
 StatementKey = tuple[str, str]  # (owner id, currency)
@@ -252,15 +252,23 @@ def statements_compute(
     """
     window = Interval(period.start, period.end if until is None else min(until, period.end))
     drafts: dict[StatementKey, Draft] = {}
-    prepared = [
-        p
-        for p in (_cluster_facts(period, window, c) for c in _clusters_in(window, owner_ids))
-        if p is not None
-    ]
-    # One pass over the rollups for every cluster (per cluster, each would scan them again).
-    usages = cells_load_many(
-        groups=[(p.facts, {f.gpu_id: p.cuts for f in p.facts}) for p in prepared]
-    )
+    # The whole fleet's rollups summed per day, on a second connection while the facts load
+    # and the cells are cut (outside a transaction only; for a few owners, per cell instead).
+    day_sums = DaySums.start(window) if owner_ids is None else None
+    try:
+        prepared = [
+            p
+            for p in (_cluster_facts(period, window, c) for c in _clusters_in(window, owner_ids))
+            if p is not None
+        ]
+        # One pass over the rollups for every cluster (per cluster, each would scan them again).
+        usages = cells_load_many(
+            groups=[(p.facts, {f.gpu_id: p.cuts for f in p.facts}) for p in prepared],
+            day_sums=day_sums,
+        )
+    finally:
+        if day_sums is not None:
+            day_sums.wait()
     for p, usage in zip(prepared, usages, strict=True):
         _cluster_lines(period, window, p, usage, drafts)
 
