@@ -18,10 +18,10 @@ import bisect
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from billing.engine.intervals import Interval
 from billing.engine.usage import (
@@ -31,6 +31,8 @@ from billing.engine.usage import (
     Measure,
     round_hour_figure,
 )
+
+SECOND = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,11 @@ class PartialHour:
     energy_mj_s: int  # Σ counter delta (mJ) x seconds of the window counted
 
 
-@dataclass(frozen=True)
-class Cell:
+class Cell(NamedTuple):
+    """Immutable and compared by value; a named tuple because a close makes ~31 per GPU
+    (one per day), and a tuple is made and read several times faster than a frozen
+    dataclass."""
+
     interval: Interval
     in_service: bool
     maintenance: bool
@@ -120,11 +125,7 @@ class CellUsage:
 
     def _measure(self, window: Interval) -> Measure:
         first = bisect.bisect_left(self._starts, window.start)
-        chosen: list[Cell] = []
-        for cell in self.cells[first:]:
-            if cell.interval.start >= window.end:
-                break
-            chosen.append(cell)
+        chosen = self.cells[first : bisect.bisect_left(self._starts, window.end, first)]
         if (
             not chosen
             or chosen[0].interval.start != window.start
@@ -136,24 +137,27 @@ class CellUsage:
         energy_whole = Decimal(0)
         busy_partial: dict[datetime, Decimal] = {}
         energy_partial: dict[datetime, int] = {}
-        for cell in chosen:
+        for cell in chosen:  # a loop over ~31 cells per GPU: kept tight
             if not cell.in_service:
                 continue
-            in_service += cell.seconds
+            interval = cell.interval
+            seconds = (interval.end - interval.start) // SECOND
+            in_service += seconds
             if cell.operator_incident:
-                operator += cell.seconds
+                operator += seconds
             energy_whole += cell.whole_energy_kwh
-            for piece in cell.partial:
+            partial = cell.partial
+            for piece in partial:
                 energy_partial[piece.hour] = energy_partial.get(piece.hour, 0) + piece.energy_mj_s
             if cell.maintenance:
-                maintenance += cell.seconds
+                maintenance += seconds
             elif cell.incident:
-                down += cell.seconds
+                down += seconds
             else:
                 up += cell.telemetry_up_s
                 down += cell.telemetry_down_s
                 busy_whole += cell.whole_busy_pct_s
-                for piece in cell.partial:
+                for piece in partial:
                     busy_partial[piece.hour] = (
                         busy_partial.get(piece.hour, Decimal(0)) + piece.busy_pct_s
                     )
