@@ -292,8 +292,13 @@ def cells_load_many(
         for idx, bounds, (in_service, *_) in cells_of:
             if not in_service:
                 continue
-            h0 = hours_of(bounds.start)[0]
-            h1 = hours_of(bounds.end)[1]
+            start, end = bounds
+            h0, _, midnight = hours.get(start) or hours_of(start)
+            h1, end_midnight = (hours.get(end) or hours_of(end))[1:]
+            if use_rollups and midnight and end_midnight and end - start == DAY:
+                day_cells[gpu_key, start].append(idx)  # exactly one UTC day (most cells)
+                day_rows.append((idx, gpu_id, start, end, start, end))
+                continue
             if not use_rollups:
                 h0 = h1 = bounds.start  # no whole hours from rollups: windows for everything
                 range_rows.append((idx, gpu_id, bounds.start, bounds.end))
@@ -359,8 +364,23 @@ def cells_load_many(
         cells: list[Cell] = []
         for idx, bounds, (in_service, maintenance, incident, operator) in cells_of:
             up, down, busy_whole, energy_whole = whole.get(idx, nothing)
+            if idx not in pieces:  # whole hours only (most cells)
+                cells.append(
+                    Cell(
+                        bounds,
+                        in_service,
+                        maintenance,
+                        incident,
+                        operator,
+                        up,
+                        down,
+                        busy_whole,
+                        energy_whole,
+                    )
+                )
+                continue
             partial: list[PartialHour] = []
-            for hour, piece_up, piece_down, busy, energy_mj_s in sorted(pieces.get(idx) or ()):
+            for hour, piece_up, piece_down, busy, energy_mj_s in sorted(pieces[idx]):
                 up += piece_up
                 down += piece_down
                 if bounds.start <= hour and hour + HOUR <= bounds.end:  # a whole hour (windows)
