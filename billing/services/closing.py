@@ -25,7 +25,12 @@ from accounts.models import Disclosure, User
 from billing.models import Period, Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
 from billing.selectors.pending import telemetry_pending
-from billing.services.computing import Draft, StatementKey, statements_compute
+from billing.services.computing import (
+    Draft,
+    StatementKey,
+    collector_paused,
+    statements_compute,
+)
 
 WRITE_CHUNK = 100  # statements per transaction
 
@@ -97,8 +102,9 @@ def period_close_run(*, period: Period) -> CloseRun:
             {"period": f"Period {period} is {period.status}; drafts are computed while closing."}
         )
     refuse_pending_telemetry(period, "compute statements for")
-    drafts = statements_compute(period=period, disclosure=_disclosure())
-    return statements_write(period=period, drafts=drafts)
+    with collector_paused():
+        drafts = statements_compute(period=period, disclosure=_disclosure())
+        return statements_write(period=period, drafts=drafts)
 
 
 def period_close(*, period: Period, by: User) -> CloseRun:
