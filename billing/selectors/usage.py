@@ -16,7 +16,8 @@ import itertools
 import threading
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -234,6 +235,64 @@ def _covered(intervals: Sequence[Interval], starts: Sequence[datetime]) -> list[
     return out
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """How a GPU's period is cut, shared by every GPU cut alike: each cell's bounds and flags
+    (in service, maintenance, incident, operator incident), and what to query for it."""
+
+    cells: list[tuple[Interval, tuple[bool, bool, bool, bool]]]
+    # In-service cells to aggregate: (position, first whole hour, end of the last, the
+    # partial hours' ranges to read from the windows).
+    queried: list[tuple[int, datetime, datetime, list[tuple[datetime, datetime]]]]
+    others: list[tuple[int, datetime, datetime, list[tuple[datetime, datetime]]]]  # not days
+    days: list[tuple[int, datetime]]  # (position, day) of the cells that are a day's hours
+    day_of: dict[int, datetime]
+    partial_days: bool  # a day cell also has partial hours at its ends (windows)
+
+    @classmethod
+    def of(
+        cls,
+        fact: GpuFacts,
+        extra: Iterable[datetime],
+        hours_of: Callable[[datetime], tuple[datetime, datetime, bool]],
+        use_rollups: bool,
+    ) -> _Shape:
+        bounds = cell_bounds(fact, extra)
+        starts = [b.start for b in bounds]
+        flags = zip(
+            _covered(fact.in_service, starts),
+            _covered(fact.maintenance, starts),
+            _covered(fact.incidents, starts),
+            _covered(fact.operator_incidents, starts),
+            strict=True,
+        )
+        cells = list(zip(bounds, flags, strict=True))
+        queried = []
+        days = []
+        for i, (cell, (in_service, *_)) in enumerate(cells):
+            if not in_service:
+                continue
+            h0, h1 = hours_of(cell.start)[0], hours_of(cell.end)[1]
+            ranges = []
+            if not use_rollups:
+                h0 = h1 = cell.start  # no whole hours from rollups: windows for everything
+                ranges.append((cell.start, cell.end))
+            elif h0 > h1:  # inside one hour
+                ranges.append((cell.start, cell.end))
+            else:
+                if cell.start < h0:
+                    ranges.append((cell.start, h0))
+                if h1 < cell.end:
+                    ranges.append((h1, cell.end))
+                if h1 - h0 == DAY and hours_of(h0)[2]:
+                    days.append((i, h0))
+            queried.append((i, h0, h1, ranges))
+        day_of = dict(days)
+        others = [q for q in queried if q[0] not in day_of]
+        partial_days = any(q[3] for q in queried if q[0] in day_of)
+        return cls(cells, queried, others, days, day_of, partial_days)
+
+
 def cells_load(
     *,
     facts: Sequence[GpuFacts],
@@ -254,25 +313,6 @@ def cells_load_many(
     """``cells_load`` for several groups of facts (one per cluster: a GPU that moved has
     facts in each) in the same two queries, so the rollups are scanned once for all.
     ``day_sums``: the whole days' sums, already asked for (``DaySums.start``)."""
-    # Per fact, its cells as (idx, bounds, (in service, maintenance, incident, operator)).
-    Flags = tuple[bool, bool, bool, bool]
-    shapes: list[tuple[int, GpuFacts, list[tuple[int, Interval, Flags]]]] = []
-    idx = 0
-    for group, (facts, extra_cuts) in enumerate(groups):
-        for fact in facts:
-            cut = cell_bounds(fact, extra_cuts.get(fact.gpu_id, ()))
-            starts = [b.start for b in cut]
-            flags = zip(
-                _covered(fact.in_service, starts),
-                _covered(fact.maintenance, starts),
-                _covered(fact.incidents, starts),
-                _covered(fact.operator_incidents, starts),
-                strict=True,
-            )
-            cells_of = [(idx + i, b, f) for i, (b, f) in enumerate(zip(cut, flags, strict=True))]
-            shapes.append((group, fact, cells_of))
-            idx += len(cut)
-
     # Instants repeat across GPUs (midnights, rate-card changes): their hours once each.
     hours: dict[datetime, tuple[datetime, datetime, bool]] = {}
 
@@ -282,42 +322,48 @@ def cells_load_many(
             known = hours[at] = (_ceil_hour(at), hour_of(at), _is_midnight(at))
         return known
 
+    # Most GPUs are cut alike (the same period, midnights and rate cards, in service
+    # throughout): their cells' bounds, flags and plan are worked out once and shared.
+    shared: dict[tuple[Any, ...], _Shape] = {}
+
+    def shape_of(fact: GpuFacts, extra: Iterable[datetime]) -> _Shape:
+        key = (
+            fact.range,
+            id(extra),
+            tuple(sorted(fact.boundaries())),
+            *(tuple(i) for i in (fact.in_service, fact.maintenance, fact.incidents)),
+            tuple(fact.operator_incidents),
+        )
+        known = shared.get(key)
+        if known is None:
+            known = shared[key] = _Shape.of(fact, extra, hours_of, use_rollups)
+        return known
+
+    # Per fact: its group, the fact, the index of its first cell, its shape.
+    shapes: list[tuple[int, GpuFacts, int, _Shape]] = []
+    first = 0
+    for group, (facts, extra_cuts) in enumerate(groups):
+        for fact in facts:
+            shape = shape_of(fact, extra_cuts.get(fact.gpu_id, ()))
+            shapes.append((group, fact, first, shape))
+            first += len(shape.cells)
+    day_count = sum(len(shape.days) for _, _, _, shape in shapes)
+    days = sorted({day for shape in shared.values() for _, day in shape.days})
+    by_day = day_count >= DAY_CELLS and len(days) <= MAX_DAYS
+
     cell_rows: list[tuple[Any, ...]] = []
     range_rows: list[tuple[Any, ...]] = []
-    day_cells: dict[tuple[str, datetime], list[int]] = defaultdict(list)
-    day_rows: list[tuple[Any, ...]] = []
-    for _, fact, cells_of in shapes:
+    for _, fact, first, shape in shapes:
         gpu_id = fact.gpu_id
-        gpu_key = str(gpu_id)
-        for idx, bounds, (in_service, *_) in cells_of:
-            if not in_service:
-                continue
-            start, end = bounds
-            h0, _, midnight = hours.get(start) or hours_of(start)
-            h1, end_midnight = (hours.get(end) or hours_of(end))[1:]
-            if use_rollups and midnight and end_midnight and end - start == DAY:
-                day_cells[gpu_key, start].append(idx)  # exactly one UTC day (most cells)
-                day_rows.append((idx, gpu_id, start, end, start, end))
-                continue
-            if not use_rollups:
-                h0 = h1 = bounds.start  # no whole hours from rollups: windows for everything
-                range_rows.append((idx, gpu_id, bounds.start, bounds.end))
-            elif h0 > h1:  # inside one hour
-                range_rows.append((idx, gpu_id, bounds.start, bounds.end))
-            else:
-                if bounds.start < h0:
-                    range_rows.append((idx, gpu_id, bounds.start, h0))
-                if h1 < bounds.end:
-                    range_rows.append((idx, gpu_id, h1, bounds.end))
-                if h1 - h0 == DAY and hours_of(h0)[2]:
-                    day_cells[gpu_key, h0].append(idx)
-                    day_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
-                    continue
-            cell_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
-    days = sorted({day for _, day in day_cells})
-    if len(day_rows) < DAY_CELLS or len(days) > MAX_DAYS:  # few: as any other cell
-        cell_rows = sorted(cell_rows + day_rows)
-        day_cells.clear()
+        # With the per-day sums, day cells are not queried (unless they have partial hours).
+        queried = shape.others if by_day and not shape.partial_days else shape.queried
+        for i, h0, h1, ranges in queried:
+            idx = first + i
+            if ranges:
+                range_rows.extend((idx, gpu_id, lo, hi) for lo, hi in ranges)
+            if not (by_day and i in shape.day_of):
+                bounds = shape.cells[i][0]
+                cell_rows.append((idx, gpu_id, bounds.start, bounds.end, h0, h1))
     spans = Counter((row[4], row[5]) for row in cell_rows if row[4] < row[5])
     common = spans.most_common(1)[0][0] if spans else None
     cell_rows = [(*row, (row[4], row[5]) == common) for row in cell_rows]
@@ -326,12 +372,14 @@ def cells_load_many(
     pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        if day_cells:
+        by_gpu_day: dict[tuple[str, datetime], tuple[int, int, Decimal, Decimal]] = {}
+        if by_day:
             if day_sums is None or not set(days) <= set(day_sums.days):
                 day_sums = DaySums(days, cursor=cursor)
-            for day, gpu_key, up, down, busy, energy in day_sums.rows():
-                for idx in day_cells.get((gpu_key, day), ()):
-                    whole[idx] = (int(up), int(down), busy, energy)
+            by_gpu_day = {
+                (gpu_key, day): (int(up), int(down), busy, energy)
+                for day, gpu_key, up, down, busy, energy in day_sums.rows()
+            }
         if cell_rows or range_rows:
             cursor.execute(_TEMP)
             raw = cursor.cursor
@@ -360,10 +408,17 @@ def cells_load_many(
 
     nothing = (0, 0, Decimal(0), Decimal(0))
     usages: list[dict[uuid.UUID, CellUsage]] = [{} for _ in groups]
-    for group, fact, cells_of in shapes:
+    for group, fact, first, shape in shapes:
+        gpu_key = str(fact.gpu_id)
         cells: list[Cell] = []
-        for idx, bounds, (in_service, maintenance, incident, operator) in cells_of:
-            up, down, busy_whole, energy_whole = whole.get(idx, nothing)
+        day_of = shape.day_of if by_day else {}
+        for i, (bounds, (in_service, maintenance, incident, operator)) in enumerate(shape.cells):
+            idx = first + i
+            day = day_of.get(i)
+            if day is not None:
+                up, down, busy_whole, energy_whole = by_gpu_day.get((gpu_key, day), nothing)
+            else:
+                up, down, busy_whole, energy_whole = whole.get(idx, nothing)
             if idx not in pieces:  # whole hours only (most cells)
                 cells.append(
                     Cell(
