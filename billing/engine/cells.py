@@ -71,18 +71,21 @@ class Cell(NamedTuple):
         return self.in_service and not self.maintenance and not self.incident
 
     def to_json(self) -> list[Any]:
+        interval, in_service, maintenance, incident, operator, up, down, busy, energy, partial = (
+            self
+        )
         return [
-            _iso(self.interval.start),
-            _iso(self.interval.end),
-            int(self.in_service),
-            int(self.maintenance),
-            int(self.incident),
-            int(self.operator_incident),
-            self.telemetry_up_s,
-            self.telemetry_down_s,
-            str(self.whole_busy_pct_s),
-            str(self.whole_energy_kwh),
-            [[_iso(p.hour), str(p.busy_pct_s), p.energy_mj_s] for p in self.partial],
+            _iso(interval.start),
+            _iso(interval.end),
+            1 if in_service else 0,
+            1 if maintenance else 0,
+            1 if incident else 0,
+            1 if operator else 0,
+            up,
+            down,
+            str(busy),
+            str(energy),
+            [[_iso(p.hour), str(p.busy_pct_s), p.energy_mj_s] for p in partial],
         ]
 
     @classmethod
