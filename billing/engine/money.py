@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import decimal
+import math
 from collections.abc import Hashable, Iterator, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal
 
@@ -87,10 +88,9 @@ def split_largest_remainder[K: Hashable](
 
 
 def _integer_weights(weights: Sequence[Decimal]) -> list[int]:
-    """Non-negative finite Decimals × one power of ten, as exact integers."""
-    parts = [w.as_tuple() for w in weights]
-    shift = max((-int(p.exponent) for p in parts), default=0)
-    shift = max(shift, 0)
-    return [
-        int("".join(map(str, p.digits)) or "0") * 10 ** (int(p.exponent) + shift) for p in parts
-    ]
+    """Non-negative finite Decimals × one common denominator, as exact integers (same
+    ratios, same order). ``as_integer_ratio`` is exact and done in C; the denominators
+    are powers of 2 and 5, so their least common multiple stays small."""
+    ratios = [w.as_integer_ratio() for w in weights]
+    common = math.lcm(*(d for _, d in ratios))
+    return [n * (common // d) for n, d in ratios]

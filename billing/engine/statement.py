@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Protocol
 
 from billing.engine.intervals import Interval, intersect, normalize
-from billing.engine.money import money_context, round_cents, split_largest_remainder
+from billing.engine.money import CENT, money_context, round_cents, split_largest_remainder
 from billing.engine.usage import Measure
 
 FULL_BPS = 10_000
@@ -248,8 +248,99 @@ def _gpu_lines(
     whole: Measure,
     period_seconds: int | None = None,
 ) -> ClusterResult:
-    period_s = Fraction(period_seconds or int((period.end - period.start).total_seconds()))
     runs = _owner_runs(gpu.ownership, period)
+    if len(runs) == 1 and not gpu.rentals and pool_cents >= 0:
+        single = _single_run_lines(
+            period, gpu, runs[0], pool_cents, pool_basis, rates, whole, period_seconds
+        )
+        if single is not None:
+            return single
+    return _gpu_lines_exact(period, gpu, pool_cents, pool_basis, rates, whole, period_seconds, runs)
+
+
+def _single_run_lines(
+    period: Interval,
+    gpu: GpuInputs,
+    run: _Run,
+    pool_cents: Decimal,
+    pool_basis: PoolBasis,
+    rates: Sequence[RateTerms],
+    whole: Measure,
+    period_seconds: int | None,
+) -> ClusterResult | None:
+    """The common GPU — one owner holding all of it over the whole period, no rental, one
+    rate card in force throughout — without rationals; None for any other GPU.
+
+    The same figures as ``_gpu_lines_exact``, digit for digit: there the owner's exact
+    revenue is the whole pool part (or nothing when the GPU has no basis), the operator's is
+    0, so the split hands the owner exactly the GPU's total; and each cost is an exact
+    rational turned into a 38-digit Decimal by one division, then rounded to the cent. Here
+    each cost is the same rational as a quotient of integers (not reduced: a correctly
+    rounded division depends only on the value), divided once and rounded the same way.
+    """
+    if run.share_bps != FULL_BPS or run.interval != period:
+        return None
+    pieces = _pieces(run.interval, rates)
+    if len(pieces) != 1:
+        return None
+    terms = pieces[0][1]
+    rental_cents = round_cents(Decimal(0))
+    total = pool_cents + rental_cents
+    earned = bool(pool_cents) and bool(_basis(whole, pool_basis))  # the owner's weight ≠ 0
+    gross = (int(total / CENT) * CENT) if total and earned else Decimal("0.00")
+
+    fee_n, fee_d, pue_n, pue_d, price_n, price_d, pct_n, pct_d = _integer_terms(terms)
+    period_s = period_seconds or int((period.end - period.start).total_seconds())
+    charged_s = whole.in_service_s
+    if terms.waive_hosting_in_operator_incidents:
+        charged_s -= whole.operator_incident_s
+    energy_n, energy_d = whole.energy_kwh.as_integer_ratio()
+    gross_n, gross_d = gross.as_integer_ratio()
+    line = Line(
+        owner=run.owner,
+        gpu=gpu.key,
+        interval=run.interval,
+        share_bps=run.share_bps,
+        measure=whole,
+        gross=gross,
+        hosting_fee=round_cents(Decimal(fee_n * charged_s) / Decimal(fee_d * period_s)),
+        power_cost=round_cents(
+            Decimal(energy_n * pue_n * price_n) / Decimal(energy_d * pue_d * price_d)
+        ),
+        management_fee=round_cents(
+            Decimal(gross_n * pct_n) / Decimal(gross_d * pct_d * 100) if earned else Decimal(0)
+        ),
+    )
+    return ClusterResult(
+        lines=[line], revenue=[GpuRevenue(gpu.key, pool_cents, rental_cents, Decimal("0.00"))]
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _integer_terms(terms: RateTerms) -> tuple[int, int, int, int, int, int, int, int]:
+    """A rate card's figures as exact integer ratios (fee, PUE, price, management %)."""
+    return (
+        *terms.hosting_fee_per_gpu_month.as_integer_ratio(),
+        *terms.pue.as_integer_ratio(),
+        *terms.price_per_kwh.as_integer_ratio(),
+        *terms.management_fee_pct.as_integer_ratio(),
+    )
+
+
+def _gpu_lines_exact(
+    period: Interval,
+    gpu: GpuInputs,
+    pool_cents: Decimal,
+    pool_basis: PoolBasis,
+    rates: Sequence[RateTerms],
+    whole: Measure,
+    period_seconds: int | None = None,
+    runs: list[_Run] | None = None,
+) -> ClusterResult:
+    """Rules 5–7 with exact rationals, for any GPU: the reference for the single-run path."""
+    period_s = Fraction(period_seconds or int((period.end - period.start).total_seconds()))
+    if runs is None:
+        runs = _owner_runs(gpu.ownership, period)
     rental_cents = round_cents(_decimal(_rental_exact(gpu, period)))
     gpu_total = pool_cents + rental_cents
     basis_total = _basis(whole, pool_basis)

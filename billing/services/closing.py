@@ -25,7 +25,12 @@ from accounts.models import Disclosure, User
 from billing.models import Period, Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
 from billing.selectors.pending import telemetry_pending
-from billing.services.computing import Draft, StatementKey, statements_compute
+from billing.services.computing import (
+    Draft,
+    StatementKey,
+    collector_paused,
+    statements_compute,
+)
 
 WRITE_CHUNK = 100  # statements per transaction
 
@@ -97,8 +102,9 @@ def period_close_run(*, period: Period) -> CloseRun:
             {"period": f"Period {period} is {period.status}; drafts are computed while closing."}
         )
     refuse_pending_telemetry(period, "compute statements for")
-    drafts = statements_compute(period=period, disclosure=_disclosure())
-    return statements_write(period=period, drafts=drafts)
+    with collector_paused():
+        drafts = statements_compute(period=period, disclosure=_disclosure())
+        return statements_write(period=period, drafts=drafts)
 
 
 def period_close(*, period: Period, by: User) -> CloseRun:
@@ -125,6 +131,7 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
             existing = {
                 (str(s.owner_id), s.currency): s
                 for s in Statement.objects.select_for_update()
+                .defer("frozen_inputs")  # large, and compared by hash
                 .filter(period=period, owner_id__in=[k[0] for k in keys[i : i + WRITE_CHUNK]])
                 .order_by("pk")
             }
@@ -162,6 +169,7 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
             Statement.objects.select_for_update()
             .filter(period=period)
             .exclude(status=Statement.Status.PUBLISHED)
+            .only("pk", "owner_id", "currency")
         )
         for statement in stale.order_by("pk"):
             if (str(statement.owner_id), statement.currency) not in drafts:

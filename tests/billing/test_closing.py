@@ -225,3 +225,42 @@ def test_a_pool_over_a_cluster_with_no_up_time_is_refused_clearly(oscar, disclos
     assert not Statement.objects.exists()
     period.refresh_from_db()
     assert period.status == Period.Status.OPEN
+
+
+@pytest.mark.django_db(transaction=True)
+def test_day_sums_on_a_second_connection_give_the_same_statements(oscar, disclosure, monkeypatch):
+    # Outside a transaction the close sums the rollups per day on a connection of its own,
+    # in a thread, while it loads facts; inside one it asks on its own connection. With every
+    # whole day's cells taking those sums (DAY_CELLS = 0), both must give the same drafts —
+    # the worked example's figures by hand included.
+    from django.db import transaction
+
+    from billing.selectors import usage
+    from billing.services.computing import statements_compute
+
+    monkeypatch.setattr(usage, "DAY_CELLS", 0)
+    started = []
+    start = usage.DaySums.start
+
+    def recorded(window):
+        sums = start(window)
+        started.append(sums)
+        return sums
+
+    monkeypatch.setattr(usage.DaySums, "start", staticmethod(recorded))
+    w = s.worked_example(oscar)
+    period = period_for_month(year=2026, month=3)
+    threaded = statements_compute(period=period, disclosure=disclosure)
+    with transaction.atomic():
+        inline = statements_compute(period=period, disclosure=disclosure)
+    assert started[0] is not None and started[0].days[0] == MARCH[0]
+    assert len(started[0].days) == 31 and started[1] is None
+    assert {k: (d.sha256, d.frozen) for k, d in threaded.items()} == {
+        k: (d.sha256, d.frozen) for k, d in inline.items()
+    }
+    nets = {k[0]: d.content["lines_total"] for k, d in threaded.items()}
+    assert nets == {str(w["alice"].pk): "338.73", str(w["bob"].pk): "766.55"}
+    # Every whole day of the month took its sums from the day query: 31 cells with no
+    # partial hour except the transfer's day, which is cut at 12:00:30.
+    cells = [c for d in threaded.values() for g in d.frozen["gpus"] for c in g["cells"]]
+    assert len(cells) == 2 * 32

@@ -2,6 +2,7 @@
 and the reference ``GpuTimeline`` built from every raw minute."""
 
 import datetime as dt
+import itertools
 import random
 from decimal import Decimal
 from fractions import Fraction
@@ -187,3 +188,41 @@ def test_owner_figures_are_time_sliced_and_weighted_by_share(messy):
     whole = cluster_availability(cluster=messy["fleet"].cluster, start=MARCH.start, end=MARCH.end)
     assert len(whole.gpus) == 2
     assert whole.total.maintenance_s == 2 * 7200
+
+
+@pytest.mark.parametrize("day_cells", [usage.DAY_CELLS, 0], ids=["cells-joined", "sums-by-day"])
+def test_cells_cut_at_every_midnight_agree_with_the_reference(messy, monkeypatch, day_cells):
+    # As a close cuts them: every whole day's hours summed per GPU and day (one aggregate per
+    # day), the cells that cut a day (the transfer, the maintenance, the RMA) as before.
+    monkeypatch.setattr(usage, "DAY_CELLS", day_cells)
+    midnights = {MARCH.start + dt.timedelta(days=d) for d in range(1, 31)}
+    gpu_ids = [messy["a"].pk, messy["b"].pk]
+    facts = gpu_facts(gpu_ids=gpu_ids, start=MARCH.start, end=MARCH.end)
+    fast = cells_load(facts=facts, extra_cuts=dict.fromkeys(gpu_ids, midnights))
+    reference = timeline_load(facts=facts)
+    for g in gpu_ids:
+        assert fast[g].measure(MARCH) == reference[g].measure(MARCH)
+        bounds = sorted({MARCH.start, MARCH.end, *midnights})
+        for start, end in itertools.pairwise(bounds):
+            day = Interval(start, end)
+            assert fast[g].measure(day) == reference[g].measure(day), day
+
+
+@pytest.mark.parametrize("day_cells", [usage.DAY_CELLS, 0], ids=["cells-joined", "sums-by-day"])
+def test_a_day_of_hours_with_partial_hours_at_its_ends_agrees(messy, monkeypatch, day_cells):
+    # Cells from 23:30 to 00:30 the day after next: one whole UTC day of rollups inside, with
+    # a partial hour from the windows at each end (and the 23-hour cells between).
+    monkeypatch.setattr(usage, "DAY_CELLS", day_cells)
+    cuts = set()
+    for day in range(2, 28, 3):
+        cuts |= {at(day, 23, 30), at(day + 2, 0, 30)}
+    gpu_ids = [messy["a"].pk, messy["b"].pk]
+    facts = gpu_facts(gpu_ids=gpu_ids, start=MARCH.start, end=MARCH.end)
+    fast = cells_load(facts=facts, extra_cuts=dict.fromkeys(gpu_ids, cuts))
+    reference = timeline_load(facts=facts)
+    bounds = sorted({MARCH.start, MARCH.end, *cuts})
+    for g in gpu_ids:
+        for start, end in itertools.pairwise(bounds):
+            assert fast[g].measure(Interval(start, end)) == reference[g].measure(
+                Interval(start, end)
+            ), (start, end)
