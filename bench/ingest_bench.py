@@ -15,7 +15,8 @@ Celery queue of its own. Sizes scale with ``BENCH_SCALE`` (1.0 = the issue's siz
    processed *and* every derived mark cleared. Goal ≥ 50k windows/s.
 3. endpoint: gunicorn + a real Celery worker on this machine, configured as docker-compose
    deploys them, many simulated agents (pre-signed batches, 4 processes) posting 8-window
-   batches at 208 batches/s (a 100k-GPU fleet): acknowledgement p50/p99 and worker lag. Goals: ≥ 208 batches/s, p99 < 50 ms, lag < 60 s. Then the most it takes closed-loop.
+   batches at 208 batches/s (a 100k-GPU fleet): acknowledgement p50/p99 and worker lag.
+   Goals: ≥ 208 batches/s, p99 < 50 ms, lag < 60 s. Then the most it takes closed-loop.
 """
 
 from __future__ import annotations
@@ -290,9 +291,10 @@ WORKER_NICE = 6
 def _celery_worker(concurrency: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return _spawn(
-        ["nice", "-n", str(WORKER_NICE), sys.executable, "-m", "celery", "-A", "config", "worker", f"--concurrency={concurrency}",
-         f"--queues={QUEUE}", "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "--loglevel=WARNING", f"--hostname=bench-{uuid.uuid4().hex[:6]}@%h"],
+        ["nice", "-n", str(WORKER_NICE), sys.executable, "-m", "celery", "-A", "config", "worker",
+         f"--concurrency={concurrency}", f"--queues={QUEUE}", "--without-gossip",
+         "--without-mingle", "--without-heartbeat", "--loglevel=WARNING",
+         f"--hostname=bench-{uuid.uuid4().hex[:6]}@%h"],
         env,
     )  # fmt: skip
 
