@@ -13,9 +13,10 @@ Celery queue of its own. Sizes scale with ``BENCH_SCALE`` (1.0 = the issue's siz
 2. catch-up: 1M windows already stored as 60-minute batches (agents back from an outage),
    drained by a real Celery worker (prefork, 2 processes) — done only when every batch is
    processed *and* every derived mark cleared. Goal ≥ 50k windows/s.
-3. endpoint: gunicorn + a real Celery worker on this machine, many simulated agents posting
-   8-window batches at 208 batches/s (a 100k-GPU fleet): acknowledgement p50/p99 and worker
-   lag. Goals: ≥ 208 batches/s, p99 < 50 ms, lag < 60 s. Then the most it takes closed-loop.
+3. endpoint: gunicorn + a real Celery worker on this machine, configured as docker-compose
+   deploys them, many simulated agents (pre-signed batches, 4 processes) posting 8-window
+   batches at 208 batches/s (a 100k-GPU fleet): acknowledgement p50/p99 and worker lag.
+   Goals: ≥ 208 batches/s, p99 < 50 ms, lag < 60 s. Then the most it takes closed-loop.
 """
 
 from __future__ import annotations
@@ -281,12 +282,19 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+# docker-compose gives the worker a quarter of the web server's CPU weight when both want the
+# cores (cpu_shares 256 against the default 1024): the acknowledgement path goes first, the
+# worker catches up in the gaps. Here, all in one cgroup, niceness 6 is that weight (272/1024).
+WORKER_NICE = 6
+
+
 def _celery_worker(concurrency: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return _spawn(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", f"--concurrency={concurrency}",
-         f"--queues={QUEUE}", "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "--loglevel=WARNING", f"--hostname=bench-{uuid.uuid4().hex[:6]}@%h"],
+        ["nice", "-n", str(WORKER_NICE), sys.executable, "-m", "celery", "-A", "config", "worker",
+         f"--concurrency={concurrency}", f"--queues={QUEUE}", "--without-gossip",
+         "--without-mingle", "--without-heartbeat", "--loglevel=WARNING",
+         f"--hostname=bench-{uuid.uuid4().hex[:6]}@%h"],
         env,
     )  # fmt: skip
 
@@ -344,7 +352,17 @@ def bench_catch_up(fleet: list[Any]) -> float:
 
 
 class _Agents:
-    """Simulated agents: each thread owns some nodes and posts their next batch when told."""
+    """Simulated agents, cheap enough that the measurement measures the server.
+
+    Every batch is built, gzipped and signed before the clock starts (an agent does that
+    work on its own machine, not on the server's cores), and the connections are spread
+    over several processes, each a few threads on keep-alive connections: the agents'
+    Python no longer queues behind one GIL. Signatures carry the preparation time, well
+    inside the server's tolerance (``TELEMETRY_SIGNATURE_TOLERANCE_S``). The latency of a
+    request is still taken from just before it is written to just after its answer is read.
+    """
+
+    PROCESSES = 4
 
     def __init__(self, fleet: list[Any], port: int) -> None:
         self.fleet = fleet
@@ -352,63 +370,118 @@ class _Agents:
         self.minute = {node.id: 0 for node in fleet}
         self.latencies: list[float] = []
         self.statuses: dict[int, int] = {}
-        self.lock = threading.Lock()
         self.start = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0) - dt.timedelta(days=1)
 
-    def post_one(self, conn: http.client.HTTPConnection, node: Any) -> None:
+    def _prepare(self, count: int) -> list[tuple[bytes, dict[str, str]]]:
+        """The next ``count`` batches, round robin over the fleet, signed now."""
         from telemetry.testing import signed_headers
 
-        with self.lock:
+        prepared = []
+        for n in range(count):
+            node = self.fleet[n % len(self.fleet)]
             m = self.minute[node.id]
             self.minute[node.id] = m + 1
-        batch_id, body = _body(node, self.start + dt.timedelta(minutes=m), 1)
-        headers = signed_headers(node_id=node.id, key=node.key, body=body, batch_id=batch_id)
-        began = time.perf_counter()
-        conn.request("POST", "/api/v1/telemetry/batches", body=body, headers=headers)
-        response = conn.getresponse()
-        response.read()
-        took = time.perf_counter() - began
-        with self.lock:
-            self.latencies.append(took)
-            self.statuses[response.status] = self.statuses.get(response.status, 0) + 1
+            batch_id, body = _body(node, self.start + dt.timedelta(minutes=m), 1)
+            headers = signed_headers(node_id=node.id, key=node.key, body=body, batch_id=batch_id)
+            prepared.append((body, headers))
+        return prepared
 
     def run(self, *, rate: float | None, seconds: float, threads: int) -> float:
-        """Open loop at ``rate`` batches/s (None: closed loop, as fast as it goes)."""
-        deadline = time.perf_counter() + seconds
-        sent = [0]
-        counter = iter(range(10**9))
-        began = time.perf_counter()
+        """Open loop at ``rate`` batches/s (None: closed loop, as fast as it goes), with
+        ``threads`` connections in all over ``PROCESSES`` processes."""
+        import multiprocessing
 
-        def loop(offset: int) -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-            while True:
-                with self.lock:
-                    n = next(counter)
-                if rate is not None:
-                    due = began + n / rate
-                    if due > deadline:
-                        return
-                    pause = due - time.perf_counter()
-                    if pause > 0:
-                        time.sleep(pause)
-                elif time.perf_counter() > deadline:
+        from django.db import connections
+
+        count = int(rate * seconds) if rate is not None else int(800 * seconds)
+        prepared = self._prepare(count)
+        connections.close_all()  # the children must not share the parent's sockets
+        context = multiprocessing.get_context("fork")
+        results = context.Queue()
+        began = time.time() + 0.5  # every process starts the same schedule
+        processes = [
+            context.Process(
+                target=_agents_process,
+                args=(prepared[k :: self.PROCESSES], k, self.PROCESSES, rate, began,
+                      began + seconds, max(1, threads // self.PROCESSES), self.port, results),
+            )
+            for k in range(self.PROCESSES)
+        ]  # fmt: skip
+        for process in processes:
+            process.start()
+        sent = 0
+        for _ in processes:
+            latencies, statuses, done = results.get()
+            self.latencies.extend(latencies)
+            for status, n in statuses.items():
+                self.statuses[status] = self.statuses.get(status, 0) + n
+            sent += done
+        for process in processes:
+            process.join()
+        return sent / (time.time() - began)
+
+
+def _agents_process(
+    prepared: list[tuple[bytes, dict[str, str]]],
+    offset: int,
+    stride: int,
+    rate: float | None,
+    began: float,
+    deadline: float,
+    threads: int,
+    port: int,
+    results: Any,
+) -> None:
+    """One agents process: its share of the schedule (every ``stride``-th batch from
+    ``offset``), on ``threads`` keep-alive connections."""
+    lock = threading.Lock()
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    counter = iter(range(len(prepared)))
+    sent = [0]
+
+    def loop() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            if rate is not None:
+                due = began + (i * stride + offset) / rate
+                if due > deadline:
                     return
-                node = self.fleet[n % len(self.fleet)]
-                try:
-                    self.post_one(conn, node)
-                except (OSError, http.client.HTTPException):
-                    conn.close()
-                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-                    continue
-                with self.lock:
-                    sent[0] += 1
+                pause = due - time.time()
+                if pause > 0:
+                    time.sleep(pause)
+            else:
+                pause = began - time.time()
+                if pause > 0:
+                    time.sleep(pause)
+                if time.time() > deadline:
+                    return
+            body, headers = prepared[i]
+            try:
+                sent_at = time.perf_counter()
+                conn.request("POST", "/api/v1/telemetry/batches", body=body, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                took = time.perf_counter() - sent_at
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                continue
+            with lock:
+                latencies.append(took)
+                statuses[response.status] = statuses.get(response.status, 0) + 1
+                sent[0] += 1
 
-        workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
-        return sent[0] / (time.perf_counter() - began)
+    workers = [threading.Thread(target=loop) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    results.put((latencies, statuses, sent[0]))
 
 
 def _free_port() -> int:
@@ -433,10 +506,10 @@ def bench_endpoint(fleet: list[Any]) -> dict[str, float]:
     _reset()
     port = _free_port()
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "LOG_LEVEL": "WARNING"}
+    # gunicorn as docker-compose runs it: 3 sync workers (no keep-alive: a connection a batch).
     server = _spawn(
         [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "3", "--worker-class", "gthread", "--threads", "4", "--keep-alive", "30",
-         "--log-level", "warning"],
+         "--workers", "3", "--log-level", "warning"],
         env,
     )  # fmt: skip
     worker = _celery_worker(1)
@@ -471,10 +544,10 @@ def bench_endpoint(fleet: list[Any]) -> dict[str, float]:
         _stop(server)
         _stop(worker)
     print(
-        f"endpoint, gunicorn 3x4 gthread + Celery worker x1 + the agents, all on this machine ({_load()}):"  # noqa: E501
+        f"endpoint, gunicorn 3 sync workers + Celery worker x1 (nice {WORKER_NICE}) + the agents, all on this machine ({_load()}):"  # noqa: E501
     )
     print(
-        f"  open loop at 208 batches/s x 8 windows, 64 agent threads: {achieved:,.0f} batches/s (goal ≥ 208)"  # noqa: E501
+        f"  open loop at 208 batches/s x 8 windows, pre-signed, 64 connections in 4 agent processes: {achieved:,.0f} batches/s (goal ≥ 208)"  # noqa: E501
     )
     print(
         f"    acknowledgement p50 {p50:.1f} ms, p99 {p99:.1f} ms (goal < 50 ms) {'OK' if p99 < 50 else 'ABOVE GOAL'}"  # noqa: E501
@@ -484,7 +557,7 @@ def bench_endpoint(fleet: list[Any]) -> dict[str, float]:
     )
     print(f"    batches processed and derived work cleared {settled:.1f} s after the last post")
     print(
-        f"  closed loop, 32 agent threads: {closed:,.0f} batches/s, p99 {closed_p99:.1f} ms; statuses {statuses}"  # noqa: E501
+        f"  closed loop, 32 connections in 4 agent processes: {closed:,.0f} batches/s, p99 {closed_p99:.1f} ms; statuses {statuses}"  # noqa: E501
     )
     return figures
 

@@ -18,11 +18,14 @@ TELEMETRY_BOOTSTRAP_TOKEN_TTL_S = env_int("TELEMETRY_BOOTSTRAP_TOKEN_TTL_S", 86_
 
 # The worker: batches per task, windows per transaction (chunk), and how long a chunk may sit
 # idle holding its batches before PostgreSQL ends it (a hung worker).
-TELEMETRY_CLAIM_BATCHES = env_int("TELEMETRY_CLAIM_BATCHES", 2000, minimum=1)
+TELEMETRY_CLAIM_BATCHES = env_int("TELEMETRY_CLAIM_BATCHES", 5000, minimum=1)
 # ... and no more batches than it takes to reach this many windows, so that a backlog of large
 # batches is shared between worker processes.
 TELEMETRY_CLAIM_WINDOWS = env_int("TELEMETRY_CLAIM_WINDOWS", 40_000, minimum=1)
-TELEMETRY_CHUNK_WINDOWS = env_int("TELEMETRY_CHUNK_WINDOWS", 20_000, minimum=1)
+# A chunk marks each (GPU, hour) it touched once, whatever its windows: the larger the chunk,
+# the fewer marks per window (in 8-window batches, 2,000 batches a chunk meant ~0.5 mark per
+# window, the costliest statement of the chunk; 5,000 batches about half that).
+TELEMETRY_CHUNK_WINDOWS = env_int("TELEMETRY_CHUNK_WINDOWS", 40_000, minimum=1)
 TELEMETRY_CLAIM_TIMEOUT_S = env_int("TELEMETRY_CLAIM_TIMEOUT_S", 300, minimum=1)
 TELEMETRY_MAX_ATTEMPTS = env_int("TELEMETRY_MAX_ATTEMPTS", 5, minimum=1)
 # The derived pass: (GPU, hour) marks recomputed per transaction, and how old a mark may get

@@ -127,13 +127,18 @@ DELETE FROM telemetry_gpustatetransition s USING telemetry_islands t
 # A gap between windows is no_data from the end of the earlier one; a window whose state
 # differs from the one before it starts a transition at its window_start. Regions of two
 # islands of one GPU may overlap at their ends; they agree there, and DISTINCT ON keeps one.
+# Only a window that follows nothing, a gap or another state can start either; the others
+# (nearly all) are dropped before the two candidates are built for each.
 _TRANSITIONS_INSERT = f"""
 INSERT INTO telemetry_gpustatetransition (gpu_id, state, reason, at, recorded_at)
 SELECT DISTINCT ON (r.gpu_id, e.at) r.gpu_id, e.state, e.reason, e.at, now()
-  FROM (SELECT w.gpu_id, w.window_start, w.state, w.state_reason, t.p,
+  FROM (SELECT * FROM (
+        SELECT w.gpu_id, w.window_start, w.state, w.state_reason, t.p,
                lag(w.window_start) OVER o AS prev_start, lag(w.state) OVER o AS prev_state
           FROM telemetry_islands t {_REGION}
-        WINDOW o AS (PARTITION BY t.gpu_id, t.lo ORDER BY w.window_start)) AS r
+        WINDOW o AS (PARTITION BY t.gpu_id, t.lo ORDER BY w.window_start)) AS all_windows
+         WHERE prev_start IS NULL OR window_start > prev_start + interval '60 seconds'
+            OR state <> prev_state) AS r
  CROSS JOIN LATERAL (VALUES
     (CASE WHEN r.window_start > r.prev_start + interval '60 seconds' THEN 'no_data' END,
      'no telemetry', r.prev_start + interval '60 seconds'),

@@ -48,7 +48,8 @@ def batch_receive(
 
     A transaction-scoped advisory lock on the key tells a concurrent duplicate (409, retry)
     from a replay of a committed batch (200, the original answer); the unique constraint is
-    what finally guarantees one row per key.
+    what finally guarantees one row per key. Lock and insert are one statement in autocommit:
+    the batch is committed when it returns.
     """
     answer = {
         "batch_id": str(batch_id),
@@ -57,22 +58,27 @@ def batch_receive(
         "windows": window_count,
         "events": event_count,
     }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_key_lock_id(node_id, batch_id)])
-        (locked,) = cursor.fetchone() or (False,)
-        if not locked:
-            return Receipt(Outcome.IN_PROGRESS, {})
+    # One statement, so one round trip and (outside a caller's transaction) its own
+    # transaction: the key's lock is taken first (the INSERT reads its result), held through
+    # the INSERT and released by the statement's commit, before the 202.
+    with connection.cursor() as cursor:
         cursor.execute(
             """
-            INSERT INTO telemetry_ingestbatch
-                (node_id, batch_id, body_sha256, body, schema, status, received_at, signed_at,
-                 window_count, event_count, attempts, answer, accepted_windows,
-                 accepted_events, rejected_count, claimed_by, error)
-            VALUES (%s, %s, %s, %s, 1, 'pending', %s, %s, %s, %s, 0, %s, 0, 0, 0, '', '')
-            ON CONFLICT (node_id, batch_id) DO NOTHING
-            RETURNING id
+            WITH lock AS (SELECT pg_try_advisory_xact_lock(%s) AS locked),
+            stored AS (
+                INSERT INTO telemetry_ingestbatch
+                    (node_id, batch_id, body_sha256, body, schema, status, received_at,
+                     signed_at, window_count, event_count, attempts, answer, accepted_windows,
+                     accepted_events, rejected_count, claimed_by, error)
+                SELECT %s, %s, %s, %s, 1, 'pending', %s, %s, %s, %s, 0, %s, 0, 0, 0, '', ''
+                  FROM lock WHERE lock.locked
+                ON CONFLICT (node_id, batch_id) DO NOTHING
+                RETURNING id
+            )
+            SELECT lock.locked, EXISTS (SELECT FROM stored) FROM lock
             """,
             [
+                _key_lock_id(node_id, batch_id),
                 node_id,
                 batch_id,
                 body_sha256,
@@ -84,8 +90,11 @@ def batch_receive(
                 json.dumps(answer),
             ],
         )
-        if cursor.fetchone() is not None:
-            transaction.on_commit(processing_kick)
+        locked, inserted = cursor.fetchone() or (False, False)
+        if not locked:
+            return Receipt(Outcome.IN_PROGRESS, {})
+        if inserted:
+            transaction.on_commit(processing_kick)  # at once, unless in a caller's transaction
             return Receipt(Outcome.ACCEPTED, answer)
         cursor.execute(
             "SELECT body_sha256, answer FROM telemetry_ingestbatch "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import time
 from decimal import Decimal
 
 import pytest
@@ -331,6 +332,10 @@ def test_a_held_batch_is_skipped_and_a_lost_workers_batch_comes_back(node, post,
         assert [(w, n) for w, n, _ in health.workers] == [("a", 1)]
     finally:
         worker_a.close()  # killed: its transaction and locks are gone, its claim row stays
+    # The close returns before PostgreSQL has ended the session (and dropped its locks).
+    deadline = time.monotonic() + 30
+    while ingest_health(now=NOW).in_flight and time.monotonic() < deadline:
+        time.sleep(0.05)
     health = ingest_health(now=NOW)
     assert (health.pending, health.in_flight, health.abandoned_claims) == (1, 0, 1)
     result = batches_process(worker="b")
