@@ -165,3 +165,20 @@ def celery_worker(django_db_setup: None) -> Iterator[Worker]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(autouse=True)
+def _worker_drained(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that ran the session's Celery worker, wait until the worker has taken
+    everything that test queued: a ping sent through its queue returns only after the tasks
+    before it (one at a time, in order). Set up before the apps' own autouse fixtures, it runs
+    after their teardown (which empties the windows and marks), so what is left finds nothing
+    to do; without it a backlog of passes leaks into later tests that stage passes by hand."""
+    if "celery_worker" not in request.fixturenames:
+        yield
+        return
+    from config.celery import ping
+
+    worker: Worker = request.getfixturevalue("celery_worker")
+    yield
+    ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=300)
