@@ -200,17 +200,34 @@ def gpus_for_caller(
     )
 
 
+def _uuid_array(values: Sequence[uuid.UUID]) -> str:
+    """``values`` as one ``uuid[]`` literal parameter: psycopg would otherwise adapt each of
+    (up to) 100 ids on its own, which costs more CPU than the query."""
+    return (
+        "{" + ",".join(str(v if isinstance(v, uuid.UUID) else uuid.UUID(v)) for v in values) + "}"
+    )
+
+
+_HOLDINGS_SQL = f"""
+SELECT gpu_id, owner_id, share_bps, valid_from, valid_to
+  FROM {Ownership._meta.db_table}
+ WHERE valid_from <= %(now)s AND (valid_to IS NULL OR valid_to > %(now)s)
+   AND owner_id = ANY(%(owners)s::uuid[]) AND gpu_id = ANY(%(gpus)s::uuid[])
+ ORDER BY owner_id
+"""  # noqa: S608 - the table name from the model; values only as parameters
+
+
 def holdings_for_caller(
     *, caller: Caller, scope: str, gpu_ids: Sequence[uuid.UUID], now: datetime
 ) -> dict[uuid.UUID, list[tuple[Any, ...]]]:
     """``visible_holdings`` of ``gpus_for_caller`` for many GPUs in one query, as rows of
-    (owner_id, share_bps, valid_from, valid_to) per GPU, in the same order."""
+    (owner_id, share_bps, valid_from, valid_to) per GPU, in the same order (the same filter
+    as its ``Prefetch``; tests/api/test_rendering.py compares the list with the detail)."""
     ids = owner_ids_for_caller(caller=caller, scope=scope)
-    rows = (
-        Ownership.objects.filter(_live_at(now), owner_id__in=ids, gpu_id__in=gpu_ids)
-        .order_by("owner_id")
-        .values_list("gpu_id", "owner_id", "share_bps", "valid_from", "valid_to")
-    )
+    params: dict[str, Any] = {"now": now, "owners": _uuid_array(ids), "gpus": _uuid_array(gpu_ids)}
+    with connection.cursor() as cursor:
+        cursor.execute(_HOLDINGS_SQL, params)
+        rows = cursor.fetchall()
     out: dict[uuid.UUID, list[tuple[Any, ...]]] = {}
     for gpu_id, *row in rows:
         out.setdefault(gpu_id, []).append(tuple(row))
