@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
+from django.db import connection
 from django.db.models import (
     Exists,
     F,
@@ -36,7 +37,7 @@ from django.db.models.expressions import RawSQL
 from django.http import Http404
 from django.utils import timezone
 
-from accounts.models import ApiKey, Membership, Owner, PartnerGrant
+from accounts.models import ApiKey, Membership, Owner, PartnerGrant, User
 from billing.models import Payout, Statement
 from fleet.models import Gpu, Incident, MaintenanceWindow, Ownership
 from telemetry.models import GpuStateTransition
@@ -62,7 +63,14 @@ def owner_ids_for_caller(*, caller: Caller, scope: str) -> list[uuid.UUID]:
     """The owner accounts whose data ``caller`` may read within ``scope``, right now."""
     if scope in caller._owner_ids:
         return caller._owner_ids[scope]
-    key = caller.key
+    ids = owner_ids_by_orm(key=caller.key, scope=scope)
+    caller._owner_ids[scope] = ids
+    return ids
+
+
+def owner_ids_by_orm(*, key: ApiKey, scope: str) -> list[uuid.UUID]:
+    """``owner_ids_for_caller`` by one ORM query per scope: the reference for ``key_for_request``
+    (tests/api/test_key_lookup.py compares them)."""
     ids: list[uuid.UUID] = []
     if scope in key.scopes:
         if key.partner_id is not None:
@@ -75,8 +83,62 @@ def owner_ids_for_caller(*, caller: Caller, scope: str) -> list[uuid.UUID]:
                 owner_id=key.owner_id, user_id=key.created_by_id, user__is_active=True
             )
             ids = sorted(set(members.values_list("owner_id", flat=True)))
-    caller._owner_ids[scope] = ids
     return ids
+
+
+# The key of a request, the user who made it, and what the key may reach (a partner key: the
+# partner's live grants with their scopes; a personal key: the maker's membership of its
+# owner), in one query, for ``key_for_request``. Plain SQL: the ORM would spend more CPU
+# compiling these than the database spends answering them, on every request.
+_KEY_FIELDS = ApiKey._meta.concrete_fields
+_USER_FIELDS = User._meta.concrete_fields
+_KEY_SQL = f"""
+SELECT {", ".join(f'k."{f.column}"' for f in _KEY_FIELDS)},
+       {", ".join(f'u."{f.column}"' for f in _USER_FIELDS)},
+       (SELECT json_agg(json_build_array(g.owner_id, g.scopes))
+          FROM {PartnerGrant._meta.db_table} g
+         WHERE g.partner_id = k.partner_id AND g.revoked_at IS NULL) AS grants,
+       (SELECT json_agg(m.owner_id)
+          FROM {Membership._meta.db_table} m
+         WHERE m.owner_id = k.owner_id AND m.user_id = k.created_by_id) AS memberships
+  FROM {ApiKey._meta.db_table} k
+  JOIN {User._meta.db_table} u ON u.id = k.created_by_id
+ WHERE k.prefix = %s
+"""  # noqa: S608 - names from the models' metadata; the prefix only as a parameter
+
+
+@dataclass
+class KeyLookup:
+    """The key with ``prefix`` (its ``created_by`` loaded) and, per scope of the key, the
+    owner accounts it may read (``owner_ids_for_caller`` as it is right now)."""
+
+    key: ApiKey
+    owner_ids: dict[str, list[uuid.UUID]]
+
+
+def key_for_request(*, prefix: str) -> KeyLookup | None:
+    """The key with ``prefix`` and what it may read, in one query; None if there is none.
+    It is read afresh on every request: a revoked key or grant counts at the next one."""
+    with connection.cursor() as cursor:
+        cursor.execute(_KEY_SQL, [prefix])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    n = len(_KEY_FIELDS)
+    key = ApiKey.from_db(connection.alias, [f.attname for f in _KEY_FIELDS], row[:n])
+    user = User.from_db(connection.alias, [f.attname for f in _USER_FIELDS], row[n:-2])
+    key.created_by = user
+    grants, memberships = row[-2] or [], row[-1] or []
+    owner_ids: dict[str, list[uuid.UUID]] = {}
+    for scope in key.scopes:
+        if key.partner_id is not None:
+            found = {owner for owner, scopes in grants if scope in scopes}
+        elif key.owner_id is not None and user.is_active:
+            found = set(memberships)
+        else:
+            found = set()
+        owner_ids[scope] = sorted(uuid.UUID(owner) for owner in found)
+    return KeyLookup(key=key, owner_ids=owner_ids)
 
 
 def owners_for_caller(*, caller: Caller) -> QuerySet[Owner]:
@@ -138,17 +200,34 @@ def gpus_for_caller(
     )
 
 
+def _uuid_array(values: Sequence[uuid.UUID]) -> str:
+    """``values`` as one ``uuid[]`` literal parameter: psycopg would otherwise adapt each of
+    (up to) 100 ids on its own, which costs more CPU than the query."""
+    return (
+        "{" + ",".join(str(v if isinstance(v, uuid.UUID) else uuid.UUID(v)) for v in values) + "}"
+    )
+
+
+_HOLDINGS_SQL = f"""
+SELECT gpu_id, owner_id, share_bps, valid_from, valid_to
+  FROM {Ownership._meta.db_table}
+ WHERE valid_from <= %(now)s AND (valid_to IS NULL OR valid_to > %(now)s)
+   AND owner_id = ANY(%(owners)s::uuid[]) AND gpu_id = ANY(%(gpus)s::uuid[])
+ ORDER BY owner_id
+"""  # noqa: S608 - the table name from the model; values only as parameters
+
+
 def holdings_for_caller(
     *, caller: Caller, scope: str, gpu_ids: Sequence[uuid.UUID], now: datetime
 ) -> dict[uuid.UUID, list[tuple[Any, ...]]]:
     """``visible_holdings`` of ``gpus_for_caller`` for many GPUs in one query, as rows of
-    (owner_id, share_bps, valid_from, valid_to) per GPU, in the same order."""
+    (owner_id, share_bps, valid_from, valid_to) per GPU, in the same order (the same filter
+    as its ``Prefetch``; tests/api/test_rendering.py compares the list with the detail)."""
     ids = owner_ids_for_caller(caller=caller, scope=scope)
-    rows = (
-        Ownership.objects.filter(_live_at(now), owner_id__in=ids, gpu_id__in=gpu_ids)
-        .order_by("owner_id")
-        .values_list("gpu_id", "owner_id", "share_bps", "valid_from", "valid_to")
-    )
+    params: dict[str, Any] = {"now": now, "owners": _uuid_array(ids), "gpus": _uuid_array(gpu_ids)}
+    with connection.cursor() as cursor:
+        cursor.execute(_HOLDINGS_SQL, params)
+        rows = cursor.fetchall()
     out: dict[uuid.UUID, list[tuple[Any, ...]]] = {}
     for gpu_id, *row in rows:
         out.setdefault(gpu_id, []).append(tuple(row))

@@ -12,11 +12,13 @@ from rest_framework.request import Request
 
 from accounts import services as accounts
 from accounts.models import ApiKey
+from api import access
 from api.access import Caller
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
-    """Finds the key by its prefix and compares the token's SHA-256 in constant time.
+    """Finds the key by its prefix and compares the token's SHA-256 in constant time. The same
+    query reads what the key may reach (``api.access.key_for_request``), every request.
 
     A revoked or expired key, a key whose partner or user is gone, answers 401 with the reason;
     use is recorded at most once a minute (``accounts.services.api_key_touch``).
@@ -34,9 +36,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
                 "Send the key as 'Authorization: Bearer stw_live_…'."
             )
         parsed = accounts.api_key_parse(token.strip())
-        key = None
-        if parsed is not None:
-            key = ApiKey.objects.select_related("created_by").filter(prefix=parsed[0]).first()
+        found = access.key_for_request(prefix=parsed[0]) if parsed is not None else None
+        key = found.key if found is not None else None
         if key is None or not hmac.compare_digest(
             key.secret_sha256, accounts.api_key_hash(parsed[1] if parsed else "")
         ):
@@ -49,7 +50,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not key.created_by.is_active:
             raise exceptions.AuthenticationFailed("The user who made this API key is inactive.")
         accounts.api_key_touch(key=key, at=now)
-        return Caller(key=key), key
+        # What the key may read, as read in the same query: ``api.access`` asks no more.
+        return Caller(key=key, _owner_ids=found.owner_ids if found is not None else {}), key
 
     def authenticate_header(self, request: Request) -> str:
         return f'{self.keyword} realm="steward"'

@@ -185,6 +185,13 @@ def statement_basis(statement: Statement) -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _basis_serializer() -> BasisSerializer:
+    """One ``BasisSerializer`` renders every statement's basis: making one per statement
+    deep-copies its fields each time. It holds no state between calls (no data, no context)."""
+    return BasisSerializer()
+
+
 class StatementLineSerializer(serializers.ModelSerializer[StatementLine]):
     class Meta:
         model = StatementLine
@@ -215,7 +222,7 @@ class StatementSerializer(serializers.ModelSerializer[Statement]):
 
     @extend_schema_field(BasisSerializer)
     def get_basis(self, statement: Statement) -> dict[str, Any]:
-        return BasisSerializer(statement_basis(statement)).data
+        return _basis_serializer().to_representation(statement_basis(statement))
 
     @extend_schema_field(DisclosureSerializer)
     def get_disclosure(self, statement: Statement) -> dict[str, Any]:

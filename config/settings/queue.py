@@ -17,7 +17,7 @@ _redis = redis_from_url(REDIS_URL)
 
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "config.cache.ReusedClientRedisCache",
         "LOCATION": _redis.cache,
         "KEY_PREFIX": "steward",
     }
