@@ -157,8 +157,10 @@ def celery_worker(django_db_setup: None) -> Iterator[Worker]:
             except Exception:
                 if time.monotonic() > deadline:
                     raise
-        yield Worker(queue=queue, process=process)
+        _session_worker.append(Worker(queue=queue, process=process))
+        yield _session_worker[0]
     finally:
+        _session_worker.clear()
         process.terminate()
         try:
             process.wait(timeout=20)
@@ -167,18 +169,27 @@ def celery_worker(django_db_setup: None) -> Iterator[Worker]:
             process.wait()
 
 
-@pytest.fixture(autouse=True)
-def _worker_drained(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After a test that ran the session's Celery worker, wait until the worker has taken
-    everything that test queued: a ping sent through its queue returns only after the tasks
-    before it (one at a time, in order). Set up before the apps' own autouse fixtures, it runs
-    after their teardown (which empties the windows and marks), so what is left finds nothing
-    to do; without it a backlog of passes leaks into later tests that stage passes by hand."""
-    if "celery_worker" not in request.fixturenames:
-        yield
+# The session's Celery worker once started: it takes every task queued on the test queue,
+# whichever test queued it.
+_session_worker: list[Worker] = []
+
+
+def worker_drain() -> None:
+    """If the session's worker runs, wait until it has taken every task queued so far: a ping
+    sent through its queue returns only after the tasks before it (one at a time, in order)."""
+    if not _session_worker:
         return
     from config.celery import ping
 
-    worker: Worker = request.getfixturevalue("celery_worker")
-    yield
+    worker = _session_worker[0]
     ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def _worker_drained() -> Iterator[None]:
+    """After every test, once the worker runs, wait until it has taken what the test queued.
+    Set up before the apps' own autouse fixtures, it runs after their teardown (which empties
+    the windows and marks), so what is left finds nothing to do; without it a backlog of
+    passes leaked into later tests that stage passes by hand."""
+    yield
+    worker_drain()

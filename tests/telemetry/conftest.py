@@ -82,9 +82,11 @@ def no_queued_passes(monkeypatch: pytest.MonkeyPatch) -> Any:
     from telemetry.dispatch import DERIVED_KICK_KEY
     from telemetry.services import ingest, processing
     from telemetry.services.derived import PASS_LOCK
+    from tests.conftest import worker_drain
 
     monkeypatch.setattr(processing, "derived_kick", lambda: None)
     monkeypatch.setattr(ingest, "processing_kick", lambda: None)
+    worker_drain()  # tasks queued by earlier tests, which would process this test's batches
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
