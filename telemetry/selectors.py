@@ -4,11 +4,12 @@ tables, and whether the derived rows (transitions, rollups) of a range are up to
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from dataclasses import dataclass, field
 
 from django.db import connection
 
-from telemetry.models import NodeStatus, RejectedRecord
+from telemetry.models import NodeCredential, NodeStatus, RejectedRecord
 from telemetry.services.derived import LOOKAROUND
 
 # The health view counts waiting marks up to this many (a catch-up can leave millions).
@@ -109,3 +110,17 @@ def derived_pending(*, start: dt.datetime, end: dt.datetime) -> int:
         )
         (count,) = cursor.fetchone() or (0,)
     return int(count)
+
+
+def node_credential_current(*, node_id: uuid.UUID) -> tuple[int, str] | None:
+    """The node's current key (generation, SHA-256), or None when it has none or it was
+    revoked. One plain query: on the ingest endpoint's path the ORM's query building cost as
+    much as the rest of the lookup."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT generation, key_sha256 FROM {NodeCredential._meta.db_table} "  # noqa: S608
+            "WHERE node_id = %s AND revoked_at IS NULL LIMIT 1",
+            [node_id],
+        )
+        row = cursor.fetchone()
+    return (int(row[0]), str(row[1])) if row else None

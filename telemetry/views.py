@@ -14,15 +14,15 @@ from typing import Any
 
 import msgspec
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature, signature_matches
-from telemetry.models import NodeCredential
 from telemetry.schema import BodyTooLarge, SchemaError, batch_decode_gzip
+from telemetry.selectors import node_credential_current
 from telemetry.services.enrolment import EnrolmentRefused, node_enrol
 from telemetry.services.ingest import Outcome, batch_receive
 
@@ -59,19 +59,6 @@ def batches_receive(request: HttpRequest) -> JsonResponse:
         return problem(503, "unavailable", "The database is unavailable; retry later.")
 
 
-def _credential(node_id: uuid.UUID) -> tuple[int, str] | None:
-    """The node's current key (generation, SHA-256), or None: one plain query (the ORM's
-    query building cost as much as the rest of the lookup)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT generation, key_sha256 FROM {NodeCredential._meta.db_table} "  # noqa: S608
-            "WHERE node_id = %s AND revoked_at IS NULL LIMIT 1",
-            [node_id],
-        )
-        row = cursor.fetchone()
-    return (int(row[0]), str(row[1])) if row else None
-
-
 def _batches_receive(request: HttpRequest) -> JsonResponse:
     received_at = timezone.now()
     limit = settings.TELEMETRY_MAX_BODY_BYTES
@@ -95,7 +82,7 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
     body = request.body
     if len(body) > limit:
         return problem(413, "too_large", f"The body must be at most {limit} bytes as sent.")
-    credential = _credential(node_id)
+    credential = node_credential_current(node_id=node_id)
     if credential is None:
         return _unauthorized("Unknown node, or its key was revoked: enrol again.")
     generation, key_sha256 = credential
