@@ -28,9 +28,9 @@ from billing.selectors.pending import telemetry_pending
 from billing.services.computing import (
     Draft,
     StatementKey,
-    collector_paused,
     statements_compute,
 )
+from telemetry.services.collector import collector_paused
 
 WRITE_CHUNK = 100  # statements per transaction
 

@@ -9,11 +9,9 @@ holder of the GPU is not billed in is refused with the GPU and owner named.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import uuid
 from collections import defaultdict
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -44,6 +42,7 @@ from billing.selectors.facts import (
 )
 from billing.selectors.usage import DaySums, cells_load_many
 from fleet.models import Cluster, Ownership, Placement
+from telemetry.services.collector import collector_paused
 
 StatementKey = tuple[str, str]  # (owner id, currency)
 
@@ -234,23 +233,6 @@ def _cluster_lines(
                 owners_here.add(line.owner)
             for owner in sorted(owners_here):
                 drafts[owner, currency].gpus.append(frozen_gpu)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pauses Python's cyclic garbage collector while a period is computed or written.
-
-    Computing builds millions of small objects (cells, decimals, documents) that all live
-    until the end, so the collector's passes free nothing while traversing them again and
-    again: 40–55 % of the CPU time of computing the bench's statements. Reference counting
-    still frees everything not in a cycle; what is in one is collected after."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def statements_compute(

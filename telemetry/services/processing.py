@@ -17,14 +17,12 @@ through a per-chunk map, checks with plain comparisons and builds each COPY row 
 from __future__ import annotations
 
 import datetime as dt
-import gc
 import hashlib
 import json
 import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +35,7 @@ from django.utils import timezone
 from telemetry.dispatch import derived_kick
 from telemetry.models import RejectedRecord
 from telemetry.schema import EVENT_KINDS, Batch, SchemaError, Window, batch_decode_gzip
+from telemetry.services.collector import collector_paused
 from telemetry.services.derived import derived_mark, instant_marks
 from telemetry.services.partitions import window_partitions_ensure
 
@@ -86,27 +85,8 @@ def batches_process(
     (``FOR UPDATE SKIP LOCKED``) and marks them processed at its commit: a batch row is
     written once. Concurrent workers skip each other's batches; a dead worker's batches are
     pending again the moment its connection goes (see ``IngestClaim``)."""
-    with _collector_paused():
+    with collector_paused():
         return _batches_process(worker=worker, limit=limit, optimistic_copy=optimistic_copy)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pauses Python's cyclic garbage collector while a claim is processed.
-
-    A chunk allocates ~10 objects per window (structs, COPY rows, marks), none of them in a
-    reference cycle: reference counting frees them all. The cyclic collector, though, runs
-    every 700 allocations and walks every tracked object young enough, and the survivors of a
-    20,000-window chunk keep promoting whole generations: profiled, it cost 30–40 % of the
-    window path's CPU for nothing. The claim is bounded (``TELEMETRY_CLAIM_WINDOWS``), so
-    memory is too; the collector resumes afterwards and frees any cycle left then."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _batches_process(*, worker: str, limit: int | None, optimistic_copy: bool) -> ProcessResult:
