@@ -178,9 +178,10 @@ def _grid(
     """A table of one-line rows, drawn cell by cell.
 
     fpdf2's ``table`` lays out every cell as a paragraph (~8 ms of CPU a row): a 1,000-GPU
-    statement took ~8 s of CPU that way, ~23 s on a loaded machine. Per-GPU rows are short figures, so here each cell is one line, cut with "..."
-    in the rare case it would not fit (the CSV and JSON carry every value whole); the
-    heading row is repeated on every page, as ``table`` does.
+    statement took ~8 s of CPU that way, ~23 s on a loaded machine. Per-GPU rows are short
+    figures, so here each cell is one line, cut with "..." in the rare case it would not fit
+    (the CSV and JSON carry every value whole); the heading row is repeated on every page, as
+    ``table`` does.
     """
     height = size * 0.55 + 1.6
     aligns = tuple(Align.R if n else Align.L for n in numeric)
