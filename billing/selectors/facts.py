@@ -11,25 +11,29 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
-from django.db.models.expressions import RawSQL
 
 from billing.engine.intervals import Interval, intersect
 from billing.engine.statement import OwnershipSlice, RateTerms, Rental
 from billing.models import RateCard, RentalGpu
+from billing.models import Rental as RentalRow
 from fleet.models import (
+    Cluster,
     Gpu,
     Incident,
     LifecycleState,
     LifecycleTransition,
     MaintenanceWindow,
+    Node,
     Ownership,
     Placement,
+    operator_caused,
 )
 
 FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
@@ -69,24 +73,68 @@ class GpuFacts:
         return {t for t in cuts if self.range.start < t < self.range.end}
 
 
-def _one_of(gpu_ids: Sequence[uuid.UUID]) -> Callable[..., RawSQL]:
-    """``gpu_id = ANY(%s)`` with the ids as one array parameter: ``gpu_id__in`` binds one
-    parameter per id, which costs more than the query itself for a cluster of GPUs."""
-    array = [str(g) for g in gpu_ids]
+def _table(model: type[models.Model]) -> str:
+    return model._meta.db_table
 
-    def condition(model: type[models.Model], column: str = "gpu_id") -> RawSQL:
-        table = model._meta.db_table
-        return RawSQL(  # noqa: S611 - table and column names come from the models
-            f'"{table}"."{column}" = ANY(%s::uuid[])',
-            [array],
-            output_field=models.BooleanField(),
-        )
 
-    return condition
+# The facts' reads, as SQL: one statement each, the GPUs as one ``uuid[]`` parameter (an
+# ``IN`` list binds a parameter per id, which costs more than the query for a cluster), and
+# no ORM compiling on the way (a series reads one GPU's facts per request). Table names come
+# from the models; values only as parameters.
+_SERIALS = f"SELECT id, serial FROM {_table(Gpu)} WHERE id = ANY(%(gpus)s::uuid[])"  # noqa: S608
+_PLACEMENTS = f"""
+SELECT p.gpu_id, p.node_id, n.cluster_id, c.site_id, p.valid_from, p.valid_to
+  FROM {_table(Placement)} p
+  JOIN {_table(Gpu)} g ON g.id = p.gpu_id
+  JOIN {_table(Node)} n ON n.id = p.node_id
+  JOIN {_table(Cluster)} c ON c.id = n.cluster_id
+ WHERE p.gpu_id = ANY(%(gpus)s::uuid[])
+   AND p.valid_from < %(end)s AND (p.valid_to IS NULL OR p.valid_to > %(start)s)
+ ORDER BY g.serial, p.valid_from
+"""  # noqa: S608
+_TRANSITIONS = f"""
+SELECT gpu_id, at, state FROM {_table(LifecycleTransition)}
+ WHERE gpu_id = ANY(%(gpus)s::uuid[]) AND at < %(end)s
+ ORDER BY gpu_id, at
+"""  # noqa: S608
+# Maintenance and incidents whose scope can reach the GPUs: the GPU itself, or a node,
+# cluster or site where one of them was placed in the range.
+_IN_SCOPE = """
+   AND (gpu_id = ANY(%(gpus)s::uuid[]) OR node_id = ANY(%(nodes)s::uuid[])
+        OR cluster_id = ANY(%(clusters)s::uuid[]) OR site_id = ANY(%(sites)s::uuid[]))
+"""
+_MAINTENANCE = f"""
+SELECT id, gpu_id, node_id, cluster_id, site_id, title, starts_at, ends_at
+  FROM {_table(MaintenanceWindow)}
+ WHERE cancelled_at IS NULL AND starts_at < %(end)s AND ends_at > %(start)s {_IN_SCOPE}
+ ORDER BY starts_at, id
+"""  # noqa: S608
+_INCIDENTS = f"""
+SELECT id, gpu_id, node_id, cluster_id, site_id, title, cause, started_at, ended_at
+  FROM {_table(Incident)}
+ WHERE started_at < %(end)s AND (ended_at IS NULL OR ended_at > %(start)s) {_IN_SCOPE}
+ ORDER BY started_at, id
+"""  # noqa: S608
+_OWNERSHIP = f"""
+SELECT gpu_id, owner_id, share_bps, valid_from, valid_to FROM {_table(Ownership)}
+ WHERE gpu_id = ANY(%(gpus)s::uuid[])
+   AND valid_from < %(end)s AND (valid_to IS NULL OR valid_to > %(start)s)
+ ORDER BY gpu_id, valid_from
+"""  # noqa: S608
+_RENTALS = f"""
+SELECT rg.gpu_id, r.cluster_id, r.currency, r.starts_at, r.ends_at, r.rate_per_gpu_hour
+  FROM {_table(RentalGpu)} rg JOIN {_table(RentalRow)} r ON r.id = rg.rental_id
+ WHERE rg.gpu_id = ANY(%(gpus)s::uuid[]) AND r.starts_at < %(end)s AND r.ends_at > %(start)s
+ ORDER BY r.starts_at, rg.rental_id
+"""  # noqa: S608
 
 
 def _interval(a: datetime, b: datetime | None) -> Interval:
     return Interval(a, b if b is not None else FAR_FUTURE)
+
+
+def _uuids(values: Iterable[object]) -> list[str]:
+    return sorted({str(v) for v in values if v is not None})
 
 
 def gpu_facts(
@@ -99,22 +147,25 @@ def gpu_facts(
     """Facts for the given GPUs over ``[start, end)``; with ``cluster_id``, in-service time
     only counts while the GPU was placed in that cluster."""
     window = Interval(start, end)
-    ids = _one_of(gpu_ids)
-    serials = dict(Gpu.objects.filter(ids(Gpu, "id")).values_list("pk", "serial"))
-    facts = {g: GpuFacts(gpu_id=g, serial=serials[g], range=window) for g in gpu_ids}
+    params: dict[str, Any] = {"gpus": _uuids(gpu_ids), "start": start, "end": end}
+    with connection.cursor() as cursor:
 
-    placements = list(
-        Placement.objects.filter(ids(Placement), valid_from__lt=end)
-        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
-        .values_list(
-            "gpu_id",
-            "node_id",
-            "node__cluster_id",
-            "node__cluster__site_id",
-            "valid_from",
-            "valid_to",
-        )
-    )
+        def rows(sql: str) -> list[tuple[Any, ...]]:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+        serials = dict(rows(_SERIALS))
+        facts = {g: GpuFacts(gpu_id=g, serial=serials[g], range=window) for g in gpu_ids}
+        placements = rows(_PLACEMENTS)
+        transitions = rows(_TRANSITIONS)
+        params["nodes"] = _uuids(p[1] for p in placements)
+        params["clusters"] = _uuids(p[2] for p in placements)
+        params["sites"] = _uuids(p[3] for p in placements)
+        maintenance = rows(_MAINTENANCE)
+        incidents = rows(_INCIDENTS)
+        ownership_rows = rows(_OWNERSHIP)
+        rentals = rows(_RENTALS)
+
     by_scope: dict[tuple[str, object], list[tuple[uuid.UUID, Interval]]] = defaultdict(list)
     in_cluster: dict[uuid.UUID, list[Interval]] = defaultdict(list)
     for gpu_id, node_id, cluster, site, valid_from, valid_to in placements:
@@ -125,13 +176,8 @@ def gpu_facts(
         if cluster == cluster_id:
             in_cluster[gpu_id].append(placed)
 
-    transitions = LifecycleTransition.objects.filter(ids(LifecycleTransition), at__lt=end).order_by(
-        "gpu_id", "at"
-    )
-    for gpu_id, rows in itertools.groupby(
-        transitions.values_list("gpu_id", "at", "state"), key=lambda r: r[0]
-    ):
-        listed = list(rows)
+    for gpu_id, grouped in itertools.groupby(transitions, key=lambda r: r[0]):
+        listed = list(grouped)
         service = [
             Interval(at, following[1] if following else FAR_FUTURE)
             for (_, at, state), following in zip(listed, [*listed[1:], None], strict=True)
@@ -142,77 +188,47 @@ def gpu_facts(
         facts[gpu_id].in_service = intersect(service, [window])
 
     def resolve(
-        scoped: MaintenanceWindow | Incident, interval: Interval
+        scope: tuple[Any, Any, Any, Any], interval: Interval
     ) -> Iterable[tuple[uuid.UUID, Interval]]:
-        if scoped.gpu_id is not None:
-            if scoped.gpu_id in facts:
-                yield scoped.gpu_id, interval
+        """The GPUs an event scoped to (gpu, node, cluster, site) touched, and when."""
+        gpu, node, cluster, site = scope
+        if gpu is not None:
+            if gpu in facts:
+                yield gpu, interval
             return
-        if scoped.node_id is not None:
-            key: tuple[str, object] = ("node", scoped.node_id)
-        elif scoped.cluster_id is not None:
-            key = ("cluster", scoped.cluster_id)
+        if node is not None:
+            key: tuple[str, object] = ("node", node)
+        elif cluster is not None:
+            key = ("cluster", cluster)
         else:
-            key = ("site", scoped.site_id)
+            key = ("site", site)
         for gpu_id, placed in by_scope.get(key, []):
             for piece in intersect([placed], [interval]):
                 yield gpu_id, piece
 
-    maintenance = MaintenanceWindow.objects.filter(
-        cancelled_at__isnull=True, starts_at__lt=end, ends_at__gt=start
-    )
-    for mw in maintenance.order_by("starts_at", "pk"):
-        for gpu_id, piece in resolve(mw, Interval(mw.starts_at, mw.ends_at)):
+    for pk, *scope, title, starts_at, ends_at in maintenance:
+        for gpu_id, piece in resolve(tuple(scope), Interval(starts_at, ends_at)):
             facts[gpu_id].maintenance.append(piece)
-            _event(facts[gpu_id], "maintenance", mw.pk, mw.title, "", mw.starts_at, mw.ends_at)
-    incidents = Incident.objects.filter(started_at__lt=end).filter(
-        Q(ended_at__isnull=True) | Q(ended_at__gt=start)
-    )
-    for incident in incidents.order_by("started_at", "pk"):
-        for gpu_id, piece in resolve(incident, _interval(incident.started_at, incident.ended_at)):
+            _event(facts[gpu_id], "maintenance", pk, title, "", starts_at, ends_at)
+    for pk, *scope, title, cause, started_at, ended_at in incidents:
+        interval = _interval(started_at, ended_at)
+        for gpu_id, piece in resolve(tuple(scope), interval):
             facts[gpu_id].incidents.append(piece)
-            _event(
-                facts[gpu_id],
-                "incident",
-                incident.pk,
-                incident.title,
-                incident.cause,
-                incident.started_at,
-                incident.ended_at,
-            )
-            if incident.operator_caused:
+            _event(facts[gpu_id], "incident", pk, title, cause, started_at, ended_at)
+            if operator_caused(cause):
                 facts[gpu_id].operator_incidents.append(piece)
 
-    ownership_rows = (
-        Ownership.objects.filter(ids(Ownership), valid_from__lt=end)
-        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
-        .order_by("gpu_id", "valid_from")
-        .values_list("gpu_id", "owner_id", "share_bps", "valid_from", "valid_to")
-    )
     for gpu_id, owned in itertools.groupby(ownership_rows, key=lambda r: r[0]):
         facts[gpu_id].ownership = _slices(list(owned), window)
 
-    rentals = (
-        RentalGpu.objects.filter(
-            ids(RentalGpu), rental__starts_at__lt=end, rental__ends_at__gt=start
-        )
-        .order_by("rental__starts_at", "rental_id")
-        .values_list(
-            "gpu_id",
-            "rental__cluster_id",
-            "rental__currency",
-            "rental__starts_at",
-            "rental__ends_at",
-            "rental__rate_per_gpu_hour",
-        )
-    )
     for gpu_id, cluster, currency, starts_at, ends_at, rate in rentals:
         if cluster_id is None or cluster == cluster_id:
             facts[gpu_id].rentals.append((currency, Rental(Interval(starts_at, ends_at), rate)))
 
     for fact in facts.values():
         for name in ("maintenance", "incidents", "operator_incidents"):
-            setattr(fact, name, intersect(getattr(fact, name), [window]))
+            if getattr(fact, name):  # most GPUs have none: nothing to clip
+                setattr(fact, name, intersect(getattr(fact, name), [window]))
     return [facts[g] for g in sorted(gpu_ids, key=lambda g: facts[g].serial)]
 
 

@@ -10,7 +10,7 @@ from fleet.models.inventory import (
     Placement,
     Site,
 )
-from fleet.models.operations import Incident, IncidentCause, MaintenanceWindow
+from fleet.models.operations import Incident, IncidentCause, MaintenanceWindow, operator_caused
 from fleet.models.ownership import Ownership
 
 __all__ = [
@@ -26,4 +26,5 @@ __all__ = [
     "Ownership",
     "Placement",
     "Site",
+    "operator_caused",
 ]

@@ -113,5 +113,9 @@ class Incident(Scoped):
 
     @property
     def operator_caused(self) -> bool:
-        """Every cause but an owner's own request is the operator's responsibility."""
-        return self.cause != IncidentCause.OWNER_REQUESTED
+        return operator_caused(self.cause)
+
+
+def operator_caused(cause: str) -> bool:
+    """Every cause but an owner's own request is the operator's responsibility."""
+    return cause != IncidentCause.OWNER_REQUESTED
