@@ -12,6 +12,7 @@ instants as ISO 8601 with ``Z``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -20,9 +21,9 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing.engine.cells import Cell, CellUsage
+from billing.engine.cells import Cell, CellUsage, cells_json_text
 from billing.engine.intervals import Interval
-from billing.engine.money import money_context
+from billing.engine.money import half_even_div, money_context
 from billing.engine.statement import (
     GpuInputs,
     Line,
@@ -32,7 +33,7 @@ from billing.engine.statement import (
     Rental,
     gpu_lines,
 )
-from billing.engine.usage import exact_decimal
+from billing.engine.usage import Measure, exact_decimal
 
 SIX = Decimal("0.000001")
 CENT = Decimal("0.01")
@@ -61,7 +62,9 @@ def sha256_hex(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
+@functools.lru_cache(maxsize=4096)
 def iso(at: datetime) -> str:
+    """Cached: a close writes the same instants (period bounds, cuts) for every GPU."""
     return at.isoformat().replace("+00:00", "Z")
 
 
@@ -73,6 +76,30 @@ def ratio(value: Fraction | None) -> str | None:
     if value is None:
         return None
     return str(exact_decimal(value).quantize(SIX, rounding=ROUND_HALF_EVEN))
+
+
+def ratio_of(numerator: int, denominator: int) -> str | None:
+    """``ratio(Fraction(numerator, denominator))`` in integers (a line's availability and
+    utilization): the exact quotient rounded half-even to 6 places, written as ``str`` of
+    that Decimal writes it. None when not both ≥ 0 and the denominator > 0 (``ratio`` then)."""
+    if numerator < 0 or denominator <= 0:
+        return None
+    whole, places = divmod(half_even_div(numerator * 1_000_000, denominator), 1_000_000)
+    return f"{whole}.{places:06d}"
+
+
+def _availability(m: Measure) -> str | None:
+    denominator = m.in_service_s - m.maintenance_s
+    if not denominator:
+        return None
+    return ratio_of(m.up_s, denominator) or ratio(m.availability)
+
+
+def _utilization(m: Measure) -> str | None:
+    if not m.up_s:
+        return None
+    busy_n, busy_d = m.busy_s.as_integer_ratio()
+    return ratio_of(busy_n, busy_d * m.up_s) or ratio(m.utilization)
 
 
 def six(value: Decimal) -> str:
@@ -96,8 +123,8 @@ def line_document(line: Line, gpu_id: str) -> dict[str, Any]:
         "down_s": m.down_s,
         "maintenance_s": m.maintenance_s,
         "no_data_s": m.no_data_s,
-        "availability": ratio(m.availability),
-        "utilization": ratio(m.utilization),
+        "availability": _availability(m),
+        "utilization": _utilization(m),
         "busy_gpu_hours": six(m.busy_gpu_hours),
         "energy_kwh": six(m.energy_kwh),
         "gross": cents(line.gross),
@@ -106,6 +133,41 @@ def line_document(line: Line, gpu_id: str) -> dict[str, Any]:
         "management_fee": cents(line.management_fee),
         "net": cents(line.net),
     }
+
+
+def _frozen_head(
+    *,
+    gpu_id: str,
+    gpu: GpuInputs,
+    cluster_id: str,
+    pool_basis: PoolBasis,
+    pool_cents: Decimal,
+    rates: Sequence[RateTerms],
+) -> dict[str, Any]:
+    """A GPU's frozen inputs up to its cells (which both forms below add in their own way)."""
+    return {
+        "gpu_id": gpu_id,
+        "serial": gpu.key,
+        "cluster_id": cluster_id,
+        "pool_basis": str(pool_basis),
+        "pool_cents": cents(pool_cents),
+        "rates": _rates_frozen(tuple(rates)),
+        "ownership": [
+            [iso(s.interval.start), iso(s.interval.end), dict(sorted(s.shares.items()))]
+            for s in gpu.ownership
+        ],
+        "rentals": [
+            [iso(r.interval.start), iso(r.interval.end), str(r.rate_per_gpu_hour)]
+            for r in gpu.rentals
+        ],
+    }
+
+
+def _cells_of(gpu: GpuInputs) -> CellUsage:
+    usage = gpu.timeline
+    if not isinstance(usage, CellUsage):
+        raise TypeError("frozen inputs are made from cells")
+    return usage
 
 
 def gpu_frozen(
@@ -117,37 +179,59 @@ def gpu_frozen(
     pool_cents: Decimal,
     rates: Sequence[RateTerms],
 ) -> dict[str, Any]:
-    usage = gpu.timeline
-    if not isinstance(usage, CellUsage):
-        raise TypeError("frozen inputs are made from cells")
-    return {
-        "gpu_id": gpu_id,
-        "serial": gpu.key,
-        "cluster_id": cluster_id,
-        "pool_basis": str(pool_basis),
-        "pool_cents": cents(pool_cents),
-        "rates": [
-            {
-                "from": iso(t.interval.start),
-                "to": iso(t.interval.end),
-                "hosting_fee_per_gpu_month": str(t.hosting_fee_per_gpu_month),
-                "price_per_kwh": str(t.price_per_kwh),
-                "pue": str(t.pue),
-                "management_fee_pct": str(t.management_fee_pct),
-                "waive_hosting_in_operator_incidents": t.waive_hosting_in_operator_incidents,
-            }
-            for t in rates
-        ],
-        "ownership": [
-            [iso(s.interval.start), iso(s.interval.end), dict(sorted(s.shares.items()))]
-            for s in gpu.ownership
-        ],
-        "rentals": [
-            [iso(r.interval.start), iso(r.interval.end), str(r.rate_per_gpu_hour)]
-            for r in gpu.rentals
-        ],
-        "cells": [cell.to_json() for cell in usage.cells],
-    }
+    """A GPU's frozen inputs as a document (the reference ``gpu_frozen_json`` is tested on)."""
+    head = _frozen_head(
+        gpu_id=gpu_id,
+        gpu=gpu,
+        cluster_id=cluster_id,
+        pool_basis=pool_basis,
+        pool_cents=pool_cents,
+        rates=rates,
+    )
+    return {**head, "cells": [cell.to_json() for cell in _cells_of(gpu).cells]}
+
+
+def gpu_frozen_json(
+    *,
+    gpu_id: str,
+    gpu: GpuInputs,
+    cluster_id: str,
+    pool_basis: PoolBasis,
+    pool_cents: Decimal,
+    rates: Sequence[RateTerms],
+    events: list[list[object]],
+) -> str:
+    """``json.dumps({**gpu_frozen(…), "events": events})`` (default separators, ASCII), the
+    same text built without the per-cell lists: most of a close's frozen inputs are cells."""
+    cells = cells_json_text(_cells_of(gpu).cells)
+    head = json.dumps(
+        _frozen_head(
+            gpu_id=gpu_id,
+            gpu=gpu,
+            cluster_id=cluster_id,
+            pool_basis=pool_basis,
+            pool_cents=pool_cents,
+            rates=rates,
+        )
+    )
+    return f'{head[:-1]}, "cells": {cells}, "events": {json.dumps(events) if events else "[]"}}}'
+
+
+@functools.lru_cache(maxsize=256)
+def _rates_frozen(rates: tuple[RateTerms, ...]) -> list[dict[str, Any]]:
+    """Rate cards as frozen (shared by every GPU of a cluster: only ever serialised)."""
+    return [
+        {
+            "from": iso(t.interval.start),
+            "to": iso(t.interval.end),
+            "hosting_fee_per_gpu_month": str(t.hosting_fee_per_gpu_month),
+            "price_per_kwh": str(t.price_per_kwh),
+            "pue": str(t.pue),
+            "management_fee_pct": str(t.management_fee_pct),
+            "waive_hosting_in_operator_incidents": t.waive_hosting_in_operator_incidents,
+        }
+        for t in rates
+    ]
 
 
 def gpu_lines_from_frozen(period: Interval, entry: dict[str, Any]) -> list[Line]:

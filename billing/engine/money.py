@@ -27,6 +27,16 @@ def money_context() -> Iterator[decimal.Context]:
         yield context
 
 
+def half_even_div(numerator: int, denominator: int) -> int:
+    """numerator ÷ denominator (denominator > 0) rounded to an integer, half to even, the
+    same way for either sign (as ``Decimal.quantize`` with ``ROUND_HALF_EVEN``): for exact
+    rounding of ratios in integers, without a Decimal division."""
+    q, r = divmod(abs(numerator), denominator)
+    if 2 * r > denominator or (2 * r == denominator and q & 1):
+        q += 1
+    return -q if numerator < 0 else q
+
+
 def round_cents(amount: Decimal) -> Decimal:
     """Exact value → cents, half to even. Applied once, at line level."""
     if not isinstance(amount, Decimal):

@@ -115,6 +115,9 @@ class _Run:
 
 def _owner_runs(slices: Sequence[OwnershipSlice], period: Interval) -> list[_Run]:
     """Per owner, maximal stretches of constant share, clipped to the period."""
+    if len(slices) == 1 and len(slices[0].shares) == 1:  # one owner throughout (most GPUs)
+        ((owner, bps),) = slices[0].shares.items()
+        return [_Run(owner, piece, bps) for piece in intersect([slices[0].interval], [period])]
     runs: list[_Run] = []
     for s in sorted(slices, key=lambda s: s.interval.start):
         for piece in intersect([s.interval], [period]):
@@ -147,6 +150,8 @@ def _rental_exact(gpu: GpuInputs, window: Interval) -> Fraction:
 
 
 def _pieces(window: Interval, rates: Sequence[RateTerms]) -> list[tuple[Interval, RateTerms]]:
+    if len(rates) == 1 and intersect([window], [rates[0].interval]) == [window]:
+        return [(window, rates[0])]  # one card in force over all of it (most GPUs)
     out: list[tuple[Interval, RateTerms]] = []
     for terms in rates:
         out.extend((piece, terms) for piece in intersect([window], [terms.interval]))

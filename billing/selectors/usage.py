@@ -248,6 +248,10 @@ class _Shape:
     days: list[tuple[int, datetime]]  # (position, day) of the cells that are a day's hours
     day_of: dict[int, datetime]
     partial_days: bool  # a day cell also has partial hours at its ends (windows)
+    # Per cell: its first five fields (bounds and flags), and its day or None.
+    heads: list[tuple[Interval, bool, bool, bool, bool]]
+    days_at: list[datetime | None]
+    no_days: list[None]
 
     @classmethod
     def of(
@@ -290,7 +294,11 @@ class _Shape:
         day_of = dict(days)
         others = [q for q in queried if q[0] not in day_of]
         partial_days = any(q[3] for q in queried if q[0] in day_of)
-        return cls(cells, queried, others, days, day_of, partial_days)
+        heads = [(bounds, *flags) for bounds, flags in cells]
+        days_at = [day_of.get(i) for i in range(len(cells))]
+        return cls(
+            cells, queried, others, days, day_of, partial_days, heads, days_at, [None] * len(cells)
+        )
 
 
 def cells_load(
@@ -368,16 +376,17 @@ def cells_load_many(
     common = spans.most_common(1)[0][0] if spans else None
     cell_rows = [(*row, (row[4], row[5]) == common) for row in cell_rows]
 
-    whole: dict[int, tuple[int, int, Decimal, Decimal]] = {}
+    whole: dict[int, tuple[int, int, Decimal, Decimal, tuple[()]]] = {}
     pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        by_gpu_day: dict[tuple[str, datetime], tuple[int, int, Decimal, Decimal]] = {}
+        # (up, down, busy, energy, no partial hours): the tail of a whole-hours cell.
+        by_gpu_day: dict[tuple[str, datetime], tuple[int, int, Decimal, Decimal, tuple[()]]] = {}
         if by_day:
             if day_sums is None or not set(days) <= set(day_sums.days):
                 day_sums = DaySums(days, cursor=cursor)
             by_gpu_day = {
-                (gpu_key, day): (int(up), int(down), busy, energy)
+                (gpu_key, day): (int(up), int(down), busy, energy, ())
                 for day, gpu_key, up, down, busy, energy in day_sums.rows()
             }
         if cell_rows or range_rows:
@@ -400,40 +409,30 @@ def cells_load_many(
                 cursor.execute(_ROLLUP_COMMON_HOURS, {"h0": common[0], "h1": common[1]})
                 rows += cursor.fetchall()
             for idx, up, down, busy, energy in rows:
-                whole[idx] = (int(up), int(down), busy, energy)
+                whole[idx] = (int(up), int(down), busy, energy, ())
         if range_rows:
             cursor.execute(_WINDOW_PIECES)
             for idx, hour, up, down, busy, energy in cursor.fetchall():
                 pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
 
-    nothing = (0, 0, Decimal(0), Decimal(0))
+    nothing = (0, 0, Decimal(0), Decimal(0), ())
     usages: list[dict[uuid.UUID, CellUsage]] = [{} for _ in groups]
     for group, fact, first, shape in shapes:
         gpu_key = str(fact.gpu_id)
         cells: list[Cell] = []
-        day_of = shape.day_of if by_day else {}
-        for i, (bounds, (in_service, maintenance, incident, operator)) in enumerate(shape.cells):
+        days_at = shape.days_at if by_day else shape.no_days
+        for i, head in enumerate(shape.heads):
             idx = first + i
-            day = day_of.get(i)
+            day = days_at[i]
             if day is not None:
-                up, down, busy_whole, energy_whole = by_gpu_day.get((gpu_key, day), nothing)
+                tail = by_gpu_day.get((gpu_key, day), nothing)
             else:
-                up, down, busy_whole, energy_whole = whole.get(idx, nothing)
-            if idx not in pieces:  # whole hours only (most cells)
-                cells.append(
-                    Cell(
-                        bounds,
-                        in_service,
-                        maintenance,
-                        incident,
-                        operator,
-                        up,
-                        down,
-                        busy_whole,
-                        energy_whole,
-                    )
-                )
+                tail = whole.get(idx, nothing)
+            if idx not in pieces:  # whole hours only (most cells): the ten fields as one tuple
+                cells.append(tuple.__new__(Cell, head + tail))
                 continue
+            bounds, in_service, maintenance, incident, operator = head
+            up, down, busy_whole, energy_whole, _ = tail
             partial: list[PartialHour] = []
             for hour, piece_up, piece_down, busy, energy_mj_s in sorted(pieces[idx]):
                 up += piece_up

@@ -9,6 +9,8 @@ holder of the GPU is not billed in is refused with the GPU and owner named.
 
 from __future__ import annotations
 
+import functools
+import json
 import uuid
 from collections import defaultdict
 from collections.abc import Collection
@@ -22,7 +24,7 @@ from django.db.models import Exists, OuterRef, Q, Sum
 
 from accounts.models import Disclosure, Owner
 from billing.engine.cells import CellUsage
-from billing.engine.document import document, gpu_frozen, iso, line_document, sha256_hex
+from billing.engine.document import document, gpu_frozen_json, iso, line_document, sha256_hex
 from billing.engine.intervals import Interval
 from billing.engine.statement import (
     GpuInputs,
@@ -52,10 +54,17 @@ class Draft:
     owner_id: str
     currency: str
     gpu_lines: list[dict[str, Any]] = field(default_factory=list)
-    gpus: list[dict[str, Any]] = field(default_factory=list)
-    frozen: dict[str, Any] = field(default_factory=dict)
+    gpus: list[str] = field(default_factory=list)  # each GPU's frozen inputs as JSON text
+    # The frozen inputs as JSON text, exactly ``json.dumps(self.frozen)``: what is stored.
+    frozen_json: str = "{}"
     content: dict[str, Any] = field(default_factory=dict)
     sha256: str = ""
+
+    @functools.cached_property
+    def frozen(self) -> dict[str, Any]:
+        """The frozen inputs (parsed on demand: a close only writes their text)."""
+        value: dict[str, Any] = json.loads(self.frozen_json)
+        return value
 
 
 def _clusters_in(window: Interval, owner_ids: Collection[str] | None = None) -> list[uuid.UUID]:
@@ -160,6 +169,7 @@ def _cluster_lines(
     period_seconds = int((period.end - period.start).total_seconds())
     cluster, facts, currency_of = prepared.cluster, prepared.facts, prepared.currency_of
     cluster_id, basis, terms = cluster.pk, prepared.basis, prepared.terms
+    cluster_key = str(cluster_id)
     for currency in prepared.currencies:
         inputs = []
         for fact in facts:
@@ -214,22 +224,23 @@ def _cluster_lines(
                 raise ValidationError(
                     {"rate_card": f"Cluster {cluster}, {currency}, GPU {fact.serial}: {exc}."}
                 ) from exc
-            frozen_gpu = gpu_frozen(
-                gpu_id=str(fact.gpu_id),
+            gpu_id = str(fact.gpu_id)
+            frozen_gpu = gpu_frozen_json(
+                gpu_id=gpu_id,
                 gpu=gpu,
-                cluster_id=str(cluster_id),
+                cluster_id=cluster_key,
                 pool_basis=basis,
                 pool_cents=parts[gpu.key],
                 rates=terms[currency],
+                # Not part of the figures: what the statement's report lists for the period.
+                events=fact.events,
             )
-            # Not part of the figures: what the statement's report lists for the period.
-            frozen_gpu["events"] = fact.events
             owners_here = set()
             for line in result.lines:
-                draft = drafts.setdefault(
-                    (line.owner, currency), Draft(owner_id=line.owner, currency=currency)
-                )
-                draft.gpu_lines.append(line_document(line, str(fact.gpu_id)))
+                draft = drafts.get((line.owner, currency))
+                if draft is None:
+                    draft = drafts[line.owner, currency] = Draft(line.owner, currency)
+                draft.gpu_lines.append(line_document(line, gpu_id))
                 owners_here.add(line.owner)
             for owner in sorted(owners_here):
                 drafts[owner, currency].gpus.append(frozen_gpu)
@@ -328,7 +339,7 @@ def _statements_compute(
     for key in sorted(keys):
         draft = drafts.setdefault(key, Draft(owner_id=key[0], currency=key[1]))
         opening, opened_from = openings.get(key, (Decimal("0.00"), None))
-        draft.frozen = {
+        header = {
             "owner_id": key[0],
             # As issued: the report shows this name even if the account is renamed later.
             "owner_name": names[owner_uuid(key[0])],
@@ -339,9 +350,11 @@ def _statements_compute(
             "opening_from_statement": opened_from,
             "adjustments": adjustments.get(key, []),
             "payouts": payouts.get(key, []),
-            "gpus": draft.gpus,
         }
-        draft.content = document(frozen=draft.frozen, lines=draft.gpu_lines)
+        # json.dumps({**header, "gpus": [...]}) with each GPU's text as it was built.
+        gpus = ", ".join(draft.gpus)
+        draft.frozen_json = f'{json.dumps(header)[:-1]}, "gpus": [{gpus}]}}'
+        draft.content = document(frozen=header, lines=draft.gpu_lines)
         draft.sha256 = sha256_hex(draft.content)
     return drafts
 

@@ -14,6 +14,7 @@ Opening balance 50.00, an adjustment of −5.00, a payout of 20.00 on 2 Feb.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from accounts.models import Owner, User
@@ -121,7 +122,7 @@ def statement_build(
     draft = Draft(
         owner_id=str(owner.pk),
         currency="EUR",
-        frozen=frozen,
+        frozen_json=json.dumps(frozen),
         content=content,
         sha256=sha256_hex(content),
     )

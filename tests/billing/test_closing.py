@@ -264,3 +264,84 @@ def test_day_sums_on_a_second_connection_give_the_same_statements(oscar, disclos
     # partial hour except the transfer's day, which is cut at 12:00:30.
     cells = [c for d in threaded.values() for g in d.frozen["gpus"] for c in g["cells"]]
     assert len(cells) == 2 * 32
+
+
+def test_frozen_inputs_are_written_as_the_text_computed(transfer_world, oscar, disclosure):
+    # The close writes each draft's frozen inputs as the JSON text it built (never a dict
+    # serialised again): that text is json.dumps of the frozen inputs, and what is stored.
+    import json
+
+    from billing.services.computing import statements_compute
+
+    w = transfer_world
+    period_close(period=w["period"], by=oscar)
+    drafts = statements_compute(period=w["period"], disclosure=disclosure)
+    assert len(drafts) == 2
+    for (owner, currency), draft in drafts.items():
+        assert json.dumps(draft.frozen) == draft.frozen_json
+        stored = Statement.objects.get(owner_id=owner, currency=currency)
+        assert stored.frozen_inputs == draft.frozen
+        (gpu,) = draft.frozen["gpus"]
+        assert len(gpu["cells"]) == 32  # 31 days, the transfer's day cut at 12:00:30
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chunks_written_on_connections_of_their_own_equal_one_by_one(
+    oscar, disclosure, monkeypatch
+):
+    # Outside a transaction the chunks' transactions run on WRITERS threads, each with its
+    # own connection; inside one, one by one on the caller's. Same rows either way, a
+    # failing chunk's error reaches the caller, and a rerun after it finishes the job.
+    import threading
+
+    from django.db import transaction
+
+    from billing.services import closing
+
+    w = s.worked_example(oscar)
+    period = period_close_start(period=period_for_month(year=2026, month=3), by=oscar)
+    monkeypatch.setattr(closing, "WRITE_CHUNK", 1)
+    threads = []
+    write_chunk = closing._write_chunk
+
+    def recorded(*args):
+        threads.append(threading.current_thread().name)
+        return write_chunk(*args)
+
+    monkeypatch.setattr(closing, "_write_chunk", recorded)
+
+    def stored():
+        return sorted(
+            (*row, Statement.objects.get(owner_id=row[0], period=period).frozen_inputs)
+            for row in _snapshot(period)
+        )
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            CREATE FUNCTION test_crash() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'injected crash'; END $$;
+            CREATE TRIGGER test_crash BEFORE INSERT ON billing_statement FOR EACH ROW
+              WHEN (NEW.owner_id = '{w["bob"].pk}') EXECUTE FUNCTION test_crash();
+            """
+        )
+    with pytest.raises(DatabaseError, match="injected crash"):
+        period_close_run(period=period)
+    assert threads and all(name.startswith("billing-writer-") for name in threads)
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER test_crash ON billing_statement; DROP FUNCTION test_crash()")
+    resumed = period_close_run(period=period)
+    assert resumed.written + resumed.unchanged == 2
+    parallel = stored()
+    assert {r[0]: r[3] for r in parallel} == {
+        str(w["alice"].pk): D("338.73"),
+        str(w["bob"].pk): D("766.55"),
+    }
+
+    StatementLine.objects.all().delete()
+    Statement.objects.all().delete()
+    threads.clear()
+    with transaction.atomic():
+        inline = period_close_run(period=period)
+    assert inline.written == 2 and threads == [threading.main_thread().name] * 2
+    assert stored() == parallel

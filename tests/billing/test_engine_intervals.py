@@ -82,3 +82,19 @@ def test_states_partition_in_service_time_exactly(in_service, maintenance, down,
     for a in range(4):
         for b in range(a + 1, 4):
             assert intersect(states[a], states[b]) == []
+
+
+@given(
+    st.tuples(st.integers(-50, 50), st.integers(-50, 50)),
+    st.tuples(st.integers(-50, 50), st.integers(-50, 50)),
+)
+def test_intersecting_one_interval_with_one_is_the_sweep(a, b):
+    # Two one-item lists take a shortcut; tuples take the general sweep.
+    x, y = iv(*a), iv(*b)
+    assert intersect([x], [y]) == intersect((x,), (y,))
+
+
+def test_intersecting_one_naive_interval_is_refused_too():
+    naive = Interval(datetime(2026, 1, 1), datetime(2026, 1, 2))
+    with pytest.raises(ValueError, match="naive datetime"):
+        intersect([naive], [iv(0, 10)])
