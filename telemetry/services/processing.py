@@ -31,6 +31,7 @@ import psycopg
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
+from psycopg.types.string import BytesBinaryDumper
 
 from telemetry.dispatch import derived_kick
 from telemetry.models import RejectedRecord
@@ -55,6 +56,11 @@ WINDOW_TYPES = (
     "float8", "float8", "float8", "int8", "int8", "float8", "float8", "int8", "float8", "float8",
     "float8", "float8", "int8", "int8", "int8", "int4", "int4", "bool", "int4", "int8", "int2",
 )  # fmt: skip
+# What the worker's COPY declares: the two uuid columns travel as their 16 raw bytes (a uuid's
+# binary wire form, which PostgreSQL's uuid_recv reads; bytea's dumper writes them as they are,
+# in C), where psycopg's uuid dumper costs two Python calls a value. Rows for ``WINDOW_TYPES``
+# carry uuid.UUID objects; rows for these carry ``UUID.bytes``.
+WINDOW_WIRE_TYPES = tuple("bytea" if t == "uuid" else t for t in WINDOW_TYPES)
 COPY_WINDOWS = f"COPY telemetry_window ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 COPY_STAGE = f"COPY telemetry_window_stage ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
@@ -375,6 +381,9 @@ def _chunk_process(
         # A server-side-binding cursor on Django's connection (same transaction): the large
         # array parameters travel in binary instead of being quoted into the SQL text.
         cursor = psycopg.Cursor(connection.connection)
+        # bytea by oid (``WINDOW_WIRE_TYPES``): psycopg's C dumper of plain bytes, not the
+        # Python one that also unwraps DB-API Binary objects.
+        cursor.adapters.register_dumper(None, BytesBinaryDumper)
         cursor.execute("SET LOCAL work_mem = '64MB'")
         # A worker that hangs holding its batches loses them (and its connection) after this.
         cursor.execute(
@@ -387,8 +396,9 @@ def _chunk_process(
         taken.extend(row[0] for row in rows)
         claim_id = _claim_record(cursor, worker=worker, batch_ids=list(taken), outer=outer)
         loaded, broken = _decode(rows)
-        starts = [w.window_start for item in loaded for w in item.batch.windows]
-        days = {start.date() for start in set(starts) if floor <= start <= ceiling}
+        # A set: a chunk's windows share a handful of minutes.
+        starts = {w.window_start for item in loaded for w in item.batch.windows}
+        days = {start.date() for start in starts if floor <= start <= ceiling}
         if days and outer:
             window_partitions_ensure(days=days, cursor=cursor)
         elif days:
@@ -474,6 +484,7 @@ Intervals = list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]
 @dataclass
 class _NodePlacements:
     whole: dict[str, uuid.UUID] = field(default_factory=dict)
+    whole_wire: dict[str, bytes] = field(default_factory=dict)  # the same ids, as COPY sends them
     dated: dict[str, Intervals] = field(default_factory=dict)
 
     def ids(self) -> Iterator[tuple[str, uuid.UUID]]:
@@ -496,10 +507,10 @@ _NOWHERE = _NodePlacements()
 
 
 def _placements(
-    cursor: Any, loaded: list[_Loaded], starts: list[dt.datetime]
+    cursor: Any, loaded: list[_Loaded], starts: set[dt.datetime]
 ) -> dict[str, _NodePlacements]:
     """Where each GPU (by NVML UUID) sat on the batches' nodes over the batches' time span."""
-    instants = starts + [e.occurred_at for item in loaded for e in item.batch.events]
+    instants = [*starts, *(e.occurred_at for item in loaded for e in item.batch.events)]
     if not instants:
         return {}
     lo, hi = min(instants), max(instants)
@@ -523,6 +534,7 @@ def _placements(
             node = placed[node_id] = _NodePlacements()
         if whole:
             node.whole[nvml_uuid] = gpu_id
+            node.whole_wire[nvml_uuid] = gpu_id.bytes
         else:
             node.dated.setdefault(nvml_uuid, []).append((valid_from, valid_to, gpu_id))
     return placed
@@ -557,8 +569,9 @@ def _impossible(w: Window) -> str | None:
     return None
 
 
-def _window_row(w: Window, gpu_id: uuid.UUID, node_id: uuid.UUID, batch_pk: int) -> tuple[Any, ...]:
-    """The COPY row of a window (``WINDOW_COLUMNS`` order), built without checking it."""
+def _window_row(w: Window, gpu_id: Any, node_id: Any, batch_pk: int) -> tuple[Any, ...]:
+    """The COPY row of a window (``WINDOW_COLUMNS`` order), built without checking it. The
+    ids are uuid.UUID objects for ``WINDOW_TYPES``, their ``bytes`` for ``WINDOW_WIRE_TYPES``."""
     u, m, mem, p, t = w.util_gpu, w.util_mem, w.mem_used_bytes, w.power_w, w.temp_c
     sm, cm, pending = w.clock_sm_mhz, w.clock_mem_mhz, w.remapped_rows_pending
     return (
@@ -611,7 +624,7 @@ def _validate_and_write(
         savepoint = transaction.savepoint_create()
         try:
             with cursor.copy(COPY_WINDOWS) as copy:
-                copy.set_types(WINDOW_TYPES)
+                copy.set_types(WINDOW_WIRE_TYPES)
                 work = _validate(loaded, placed, now=now, floor=floor, emit=copy.write_row)
         except psycopg.errors.UniqueViolation:
             transaction.savepoint_rollback(savepoint)
@@ -647,8 +660,8 @@ def _validate(
     for item in loaded:
         future = item.received_at + future_limit
         node = placed.get(str(item.node_id), _NOWHERE)
-        whole = node.whole
-        node_id, batch_pk = item.node_id, item.id
+        whole = node.whole_wire
+        node_wire, batch_pk = item.node_id.bytes, item.id
         last_start: dt.datetime | None = None
         accepted = 0
 
@@ -661,22 +674,24 @@ def _validate(
 
         for index, w in enumerate(item.batch.windows):
             start = w.window_start
-            gpu_id = whole.get(w.gpu_uuid)
-            if gpu_id is None:
-                gpu_id = node.gpu_at(w.gpu_uuid, start)
-            if gpu_id is None or start > future or start < floor or not _fine(w):
-                problem = _window_problem(w, gpu_id, item, future, floor)
+            gpu_wire = whole.get(w.gpu_uuid)
+            if gpu_wire is None:
+                placed_id = node.gpu_at(w.gpu_uuid, start)
+                gpu_wire = None if placed_id is None else placed_id.bytes
+            if gpu_wire is None or start > future or start < floor or not _fine(w):
+                problem = _window_problem(w, gpu_wire, item, future, floor)
                 if problem is not None:
                     reject("window", index, w.gpu_uuid, start, *problem, _to_builtins(w))
                     continue
-                assert gpu_id is not None  # _window_problem said it is placed
+                assert gpu_wire is not None  # _window_problem said it is placed
             accepted += 1
             if last_start is None or start > last_start:
                 last_start = start
-            row = _window_row(w, gpu_id, node_id, batch_pk)
-            rows.append(row)
+            row = _window_row(w, gpu_wire, node_wire, batch_pk)
             if emit is not None:
-                emit(row)
+                emit(row)  # streamed: only the staged path (no emit) needs the rows kept
+            else:
+                rows.append(row)
             hour = hour_of.get(start)
             if hour is None:
                 hour = hour_of[start] = start.astimezone(dt.UTC).replace(
@@ -710,7 +725,7 @@ def _validate(
 
 
 def _window_problem(
-    w: Window, gpu_id: uuid.UUID | None, item: _Loaded, future: dt.datetime, floor: dt.datetime
+    w: Window, gpu_id: bytes | None, item: _Loaded, future: dt.datetime, floor: dt.datetime
 ) -> tuple[str, str] | None:
     """Why a window is refused (reason, detail), in the documented order; None if it is not."""
     start = w.window_start
@@ -753,7 +768,7 @@ def _windows_stage(cursor: Any, rows: list[tuple[Any, ...]]) -> None:
         "(LIKE telemetry_window INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
     )
     with cursor.copy(COPY_STAGE) as copy:
-        copy.set_types(WINDOW_TYPES)
+        copy.set_types(WINDOW_WIRE_TYPES)
         for row in rows:
             copy.write_row(row)
     cursor.execute(
@@ -797,15 +812,19 @@ def _rejections_write(cursor: Any, rows: list[tuple[Any, ...]]) -> None:
 
 
 def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
-    latest: dict[uuid.UUID, _Loaded] = {}
-    window_end: dict[uuid.UUID, dt.datetime] = {}
+    # Keyed by the ids' integers: a uuid.UUID hashes in Python, an int in C.
+    latest: dict[int, _Loaded] = {}
+    window_end: dict[int, dt.datetime] = {}
     for item in loaded:
-        if item.node_id not in latest or item.received_at > latest[item.node_id].received_at:
-            latest[item.node_id] = item
+        key = item.node_id.int
+        seen = latest.get(key)
+        if seen is None or item.received_at > seen.received_at:
+            latest[key] = item
         if item.last_window_start is not None:
             end = item.last_window_start + dt.timedelta(seconds=60)
-            if item.node_id not in window_end or end > window_end[item.node_id]:
-                window_end[item.node_id] = end
+            known = window_end.get(key)
+            if known is None or end > known:
+                window_end[key] = end
     cursor.execute(
         """
         INSERT INTO telemetry_nodestatus AS ns
@@ -834,14 +853,14 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
         [
             _json(
                 {
-                    "n": n,
-                    "seen": latest[n].received_at,
-                    "wend": window_end.get(n),
-                    "skew": (latest[n].signed_at - latest[n].received_at).total_seconds(),
-                    "av": latest[n].batch.agent.version or "",
-                    "dv": latest[n].batch.agent.driver_version or "",
+                    "n": item.node_id,
+                    "seen": item.received_at,
+                    "wend": window_end.get(key),
+                    "skew": (item.signed_at - item.received_at).total_seconds(),
+                    "av": item.batch.agent.version or "",
+                    "dv": item.batch.agent.driver_version or "",
                 }
-                for n in latest
+                for key, item in latest.items()
             )
         ],
     )

@@ -112,6 +112,40 @@ def test_windows_and_events_are_idempotent_across_batches(node, post):
     assert HourlyRollup.objects.get().xid_events == 1
 
 
+@pytest.mark.parametrize("optimistic", [True, False])
+def test_the_worker_stores_each_window_as_a_plain_copy_of_its_row_would(node, post, optimistic):
+    """The worker's COPY sends the two ids as raw bytes (``WINDOW_WIRE_TYPES``): every
+    stored column equals what a COPY of the same row with uuid.UUID ids stores."""
+    from telemetry.schema import batch_decode_gzip
+    from telemetry.services.processing import WINDOW_COLUMNS, WINDOW_TYPES, _window_row
+
+    g0, g1 = node.gpus[0], node.gpus[1]
+    send(post, node, [
+        window(g0.nvml_uuid, at(0)),
+        window(g1.nvml_uuid, at(0), state="down", state_reason="XID 79", util_gpu=None,
+               power_w=None, energy_mj=None, remapped_rows_pending=1, recovery_action=2),
+        window(g1.nvml_uuid, at(1), state="degraded", mem_total_bytes=None, temp_c=None),
+    ])  # fmt: skip
+    assert batches_process(worker="test-worker", optimistic_copy=optimistic).windows == 3
+    columns = ", ".join(WINDOW_COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM telemetry_window ORDER BY gpu_id, window_start")  # noqa: S608
+        stored = cursor.fetchall()
+        batch = IngestBatch.objects.get()
+        ids = {g.nvml_uuid: g.id for g in node.gpus}
+        cursor.execute("CREATE TEMP TABLE plain_copy (LIKE telemetry_window)")
+        with cursor.cursor.copy(f"COPY plain_copy ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(WINDOW_TYPES)
+            for w in batch_decode_gzip(bytes(batch.body), limit=1 << 20).windows:
+                copy.write_row(_window_row(w, ids[w.gpu_uuid], node.id, batch.pk))
+        cursor.execute(f"SELECT {columns} FROM plain_copy ORDER BY gpu_id, window_start")  # noqa: S608
+        plain = cursor.fetchall()
+        cursor.execute("DROP TABLE plain_copy")
+    assert stored == plain
+    assert [row[0] for row in stored] == sorted([g0.id, g1.id, g1.id])
+    assert {row[2] for row in stored} == {node.id}
+
+
 def test_an_unknown_event_kind_is_rejected_alone(node, post):
     g0 = node.gpus[0].nvml_uuid
     send(
