@@ -5,16 +5,18 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 from rest_framework.settings import api_settings
 
 from accounts.models import Disclosure, Owner
-from billing.engine.document import BASIS, NOT_GUARANTEED
+from api.selectors import PlainBucket, plain_point
+from billing.engine.document import BASIS, NOT_GUARANTEED, ratio_of
 from billing.models import Payout, Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
 from fleet.models import Gpu, Incident, LifecycleState, MaintenanceWindow, Ownership
@@ -226,11 +228,11 @@ class StatementSerializer(serializers.ModelSerializer[Statement]):
 
     @extend_schema_field(DisclosureSerializer)
     def get_disclosure(self, statement: Statement) -> dict[str, Any]:
-        disclosure = self.context["disclosures"].get(statement.disclosure_version)
+        cited = (statement.disclosure_version, statement.disclosure_sha256)
         return {
             "version": statement.disclosure_version,
             "text_sha256": statement.disclosure_sha256,
-            "text": disclosure.text if disclosure is not None else "",
+            "text": self.context["disclosure_texts"].get(cited, ""),
         }
 
 
@@ -417,3 +419,83 @@ def gpus_data(
         item["holdings"] = rows_data(HoldingSerializer, holdings.get(row["id"], ()))
         out.append(item)
     return out
+
+
+# The series: a plain bucket (``api.selectors.PlainBucket``: in service and held throughout,
+# no maintenance or incident) is written straight from the rollups' integer sums, with the
+# figures ``SeriesPointSerializer`` shows for its point (``api.selectors.plain_point``); any
+# other point through ``rows_data``. tests/api/test_series_fast_path.py compares the two.
+_PLAIN_POINT_FIELDS = (  # as series_points_json writes them
+    "start",
+    "end",
+    "held_s",
+    "in_service_s",
+    "up_s",
+    "down_s",
+    "maintenance_s",
+    "no_data_s",
+    "availability",
+    "utilization",
+    "busy_gpu_hours",
+    "energy_kwh",
+)
+_SECOND = timedelta(seconds=1)
+
+
+@functools.cache
+def _series_shape_checked() -> bool:
+    """The template above is ``SeriesPointSerializer``'s shape: the same fields in the same
+    order, its decimals shown as fixed 6-place strings."""
+    fields = SeriesPointSerializer().fields
+    assert tuple(fields) == _PLAIN_POINT_FIELDS, list(fields)
+    for name in _PLAIN_POINT_FIELDS[8:]:
+        assert _converter(fields[name])(Decimal("0.5")) == "0.500000", name
+    return True
+
+
+def _six(numerator: int, denominator: int) -> str:
+    """numerator ÷ denominator (numerator ≥ 0, denominator > 0) rounded half-even to 6
+    places, as a JSON string in fixed point: how the series' decimals render."""
+    text = ratio_of(numerator, denominator)
+    assert text is not None
+    return f'"{text}"'
+
+
+def _utc_text(at: datetime) -> str:
+    """``_datetime(at)``, without the conversion when ``at`` is already in UTC."""
+    return at.isoformat()[:-6] + "Z" if at.tzinfo is UTC else _datetime(at)
+
+
+def series_points_json(parts: Sequence[Any]) -> bytes:
+    """What ``JSONRenderer`` gives for ``rows_data(SeriesPointSerializer, points)`` of the
+    points of ``parts`` (``api.selectors.series_parts``)."""
+    _series_shape_checked()
+    sources = row_sources(SeriesPointSerializer)
+    out: list[str] = []
+    at: datetime | None = None
+    at_text = ""
+    availability: dict[tuple[int, int], str] = {}  # (up, seconds): mostly a handful
+    for part in parts:
+        if type(part) is PlainBucket:
+            start, end, up, down, busy, energy = part
+            if up >= 0 and busy >= 0 and energy >= 0:
+                start_text = at_text if start == at else _utc_text(start)
+                at, at_text = end, _utc_text(end)
+                seconds = (end - start) // _SECOND
+                shown = availability.get((up, seconds))
+                if shown is None:
+                    shown = availability[up, seconds] = _six(up, seconds)
+                utilization = _six(busy, 100_000 * up) if up else "null"
+                out.append(
+                    f'{{"start":"{start_text}","end":"{at_text}","held_s":{seconds},'
+                    f'"in_service_s":{seconds},"up_s":{up},"down_s":{down},'
+                    f'"maintenance_s":0,"no_data_s":{seconds - down - up},'
+                    f'"availability":{shown},"utilization":{utilization},'
+                    f'"busy_gpu_hours":{_six(busy, 360_000_000)},'
+                    f'"energy_kwh":{_six(energy, 1_000_000_000)}}}'
+                )
+                continue
+        point = plain_point(part) if isinstance(part, PlainBucket) else part
+        (row,) = rows_data(SeriesPointSerializer, [[getattr(point, s) for s in sources]])
+        out.append(JSONRenderer().render(row).decode())
+    return ("[" + ",".join(out) + "]").encode()

@@ -4,7 +4,6 @@ asks ``api.access`` for what the caller may see, and serializes it."""
 from __future__ import annotations
 
 import json
-import operator
 import secrets
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -26,14 +25,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.models import ApiScope, Disclosure
+from accounts.models import ApiScope
+from accounts.selectors import disclosure_texts_published
 from api import access
 from api.access import Caller
 from api.authentication import ApiKeyAuthentication
 from api.exceptions import problem_exception_handler
 from api.pagination import ApiCursorPagination
 from api.permissions import AnyScope, FleetRead, StatementsRead, TelemetryRead
-from api.selectors import STEPS, gpu_series
+from api.selectors import STEPS, series_parts
 from api.serializers import (
     GPU_ROW_SOURCES,
     PLACEMENT_SOURCES,
@@ -46,7 +46,6 @@ from api.serializers import (
     OwnershipSerializer,
     PayoutFilterSerializer,
     PayoutSerializer,
-    SeriesPointSerializer,
     SeriesQuerySerializer,
     SeriesSerializer,
     StatementDetailSerializer,
@@ -57,6 +56,7 @@ from api.serializers import (
     lines_rendering,
     row_sources,
     rows_data,
+    series_points_json,
 )
 from api.throttling import ApiKeyRateThrottle
 from billing.models import Statement
@@ -93,6 +93,33 @@ class ApiView(GenericAPIView[Any]):
 
 def _filters(serializer: type[serializers.Serializer[Any]]) -> Any:
     return extend_schema(parameters=[serializer])
+
+
+class _Spliced:
+    """A document whose member ``key`` is already compact JSON (``raw``)."""
+
+    def __init__(self, head: dict[str, Any], key: str, raw: bytes) -> None:
+        self.head, self.key, self.raw = head, key, raw
+
+
+class _SplicedJSONRenderer(JSONRenderer):
+    """``JSONRenderer``, splicing an already-rendered member into the document: the same
+    bytes as rendering it whole (compact JSON is the concatenation of its parts)."""
+
+    _HOLE = '"spliced-' + secrets.token_hex(16) + '"'
+
+    def render(
+        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
+    ) -> Any:
+        if not isinstance(data, _Spliced):
+            return super().render(data, accepted_media_type, renderer_context)
+        if self.get_indent(accepted_media_type, renderer_context or {}) is not None:
+            whole = {**data.head, data.key: json.loads(data.raw)}  # pretty-printed: rare
+            return super().render(whole, accepted_media_type, renderer_context)
+        head = {**data.head, data.key: self._HOLE[1:-1]}
+        body = super().render(head, accepted_media_type, renderer_context)
+        assert body.count(self._HOLE.encode()) == 1
+        return body.replace(self._HOLE.encode(), data.raw)
 
 
 # --- owners ---------------------------------------------------------------------------------
@@ -214,6 +241,7 @@ class GpuSeries(ApiView):
     filter_serializer = SeriesQuerySerializer
     pagination_class = None
     filter_backends = ()
+    renderer_classes = (_SplicedJSONRenderer,)
 
     @extend_schema(parameters=[SeriesQuerySerializer], responses=SeriesSerializer)
     def get(self, request: Request, pk: Any) -> Response:
@@ -233,14 +261,9 @@ class GpuSeries(ApiView):
             caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk, bare=True
         )
         owner_ids = access.owner_ids_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ)
-        points = gpu_series(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
-        values = operator.attrgetter(*row_sources(SeriesPointSerializer))
-        data = {
-            "gpu": str(gpu.pk),
-            "step": step,
-            "points": rows_data(SeriesPointSerializer, (values(p) for p in points)),
-        }
-        return Response(data)
+        parts = series_parts(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
+        head = {"gpu": str(gpu.pk), "step": step}
+        return Response(_Spliced(head, "points", series_points_json(parts)))
 
 
 # --- incidents and maintenance ---------------------------------------------------------------
@@ -300,23 +323,19 @@ class MaintenanceDetail(_EventMixin, RetrieveAPIView[Any]):
 # --- statements and payouts -----------------------------------------------------------------
 
 
-def _disclosures(versions: set[str]) -> dict[str, Disclosure]:
-    return {d.version: d for d in Disclosure.objects.filter(version__in=versions)}
-
-
 class _StatementMixin(ApiView):
     permission_classes = (StatementsRead,)
 
     def get_serializer_context(self) -> dict[str, Any]:
         context = dict(super().get_serializer_context())
-        context["disclosures"] = _disclosures(getattr(self, "_versions", set()))
+        context["disclosure_texts"] = disclosure_texts_published(getattr(self, "_cited", set()))
         return context
 
     def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
         instance = args[0] if args else None
         if instance is not None:
             rows = instance if isinstance(instance, list) else [instance]
-            self._versions = {s.disclosure_version for s in rows}
+            self._cited = {(s.disclosure_version, s.disclosure_sha256) for s in rows}
         return super().get_serializer(*args, **kwargs)
 
 
@@ -353,33 +372,6 @@ def _etag_matches(request: Request, etag: str) -> bool:
     return etag in tags or "*" in tags
 
 
-class _WithLines:
-    """A statement document whose ``lines`` are already JSON (``_lines_json``)."""
-
-    def __init__(self, head: dict[str, Any], lines: bytes) -> None:
-        self.head, self.lines = head, lines
-
-
-class _StatementJSONRenderer(JSONRenderer):
-    """``JSONRenderer``, splicing already-rendered lines into the document: the same bytes as
-    rendering it whole (compact JSON is the concatenation of its parts)."""
-
-    _HOLE = '"lines-' + secrets.token_hex(16) + '"'
-
-    def render(
-        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
-    ) -> Any:
-        if not isinstance(data, _WithLines):
-            return super().render(data, accepted_media_type, renderer_context)
-        if self.get_indent(accepted_media_type, renderer_context or {}) is not None:
-            whole = {**data.head, "lines": json.loads(data.lines)}  # pretty-printed: rare
-            return super().render(whole, accepted_media_type, renderer_context)
-        head = {**data.head, "lines": self._HOLE[1:-1]}
-        body = super().render(head, accepted_media_type, renderer_context)
-        assert body.count(self._HOLE.encode()) == 1
-        return body.replace(self._HOLE.encode(), data.lines)
-
-
 def _lines_json(statement: Statement) -> bytes:
     """The published statement's lines as compact JSON, rendered once and kept in the cache.
 
@@ -402,16 +394,17 @@ class StatementDetail(_StatementMixin):
     in ``If-None-Match`` and an unchanged statement answers 304."""
 
     serializer_class = StatementDetailSerializer
-    renderer_classes = (_StatementJSONRenderer,)
+    renderer_classes = (_SplicedJSONRenderer,)
 
     def get(self, request: Request, pk: Any) -> Response:
         statement = access.statement_for_caller(caller=self.caller, statement_id=pk)
         etag = f'"{statement.content_sha256}"'
         if _etag_matches(request, etag):
             return Response(status=304, headers={"ETag": etag})
-        self._versions = {statement.disclosure_version}
+        self._cited = {(statement.disclosure_version, statement.disclosure_sha256)}
         head = StatementSerializer(statement, context=self.get_serializer_context()).data
-        return Response(_WithLines(dict(head), _lines_json(statement)), headers={"ETag": etag})
+        document = _Spliced(dict(head), "lines", _lines_json(statement))
+        return Response(document, headers={"ETag": etag})
 
 
 class CsvRenderer(BaseRenderer):

@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from accounts import services as accounts
 from accounts.models import ApiScope, Owner, Partner, User
+from accounts.selectors import disclosure_texts_forget
 from billing.models import Payout, Statement, StatementLine
 from billing.services.periods import period_for_month
 from fleet.models import Gpu, Incident, IncidentCause, MaintenanceWindow, Node
@@ -51,6 +52,7 @@ def _frozen() -> Iterator[Any]:
 @pytest.fixture(autouse=True)
 def _throttle_counts_cleared() -> Iterator[None]:
     cache.clear()
+    disclosure_texts_forget()
     yield
     cache.clear()
 

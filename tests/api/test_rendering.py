@@ -5,6 +5,7 @@ cache): the bytes must be exactly what the serializers give."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from decimal import Decimal
 
 import pytest
@@ -14,6 +15,7 @@ from rest_framework.renderers import JSONRenderer
 
 from accounts import services as accounts
 from accounts.models import Disclosure, PartnerGrant
+from accounts.selectors import disclosure_texts_published
 from api.selectors import SeriesPoint
 from api.serializers import (
     BasisSerializer,
@@ -33,6 +35,14 @@ from tests.api.conftest import ALL_SCOPES, NOW, client_for
 from tests.billing import scenario as s
 
 UTC = dt.UTC
+
+
+def _cited_texts() -> dict[str, dict[tuple[str, str], str]]:
+    """The serializer's context as the views build it: published disclosures' texts by
+    (version, SHA-256)."""
+    published = Disclosure.objects.filter(published_at__isnull=False)
+    texts = {(d.version, d.text_sha256): d.text for d in published}
+    return {"disclosure_texts": texts}
 
 
 def _json(data):
@@ -107,8 +117,7 @@ def test_the_statement_detail_is_the_serializers_document(world):
     statement = world.a.statement
     response = client_for(world.keys["owner_a"]).get(f"/api/v1/statements/{statement.pk}")
     assert response.status_code == 200
-    disclosures = {d.version: d for d in Disclosure.objects.all()}
-    expected = StatementDetailSerializer(statement, context={"disclosures": disclosures}).data
+    expected = StatementDetailSerializer(statement, context=_cited_texts()).data
     assert response.content == _json(expected)
 
 
@@ -118,7 +127,7 @@ def test_a_basis_renders_as_its_own_serializer_renders_it(world):
     published = world.a.statement
     draft = Statement.objects.get(pk=published.pk)
     draft.status = Statement.Status.DRAFT
-    shared = StatementSerializer(context={"disclosures": {}})
+    shared = StatementSerializer(context={"disclosure_texts": {}})
     for statement in (published, draft, world.b.statement, published):
         fresh = BasisSerializer(statement_basis(statement)).data
         assert _json(shared.get_basis(statement)) == _json(fresh)
@@ -212,8 +221,9 @@ def test_the_gpu_list_is_the_detail_documents_of_its_gpus(world, bob):
 
 
 def test_a_statement_reads_the_same_from_its_stored_lines(world, alice):
-    """The lines of a published statement are rendered once and kept in the cache: the next
-    request reads the same bytes with one query fewer, pretty-printing still works, and the
+    """The lines of a published statement are rendered once and kept in the cache (and the
+    text of its disclosure in the process): the next request reads the same bytes with two
+    queries fewer, pretty-printing still works, and the
     access check still runs on every request."""
     statement = world.a.statement
     path = f"/api/v1/statements/{statement.pk}"
@@ -227,9 +237,10 @@ def test_a_statement_reads_the_same_from_its_stored_lines(world, alice):
         counts.append(len(queries))
         bodies.append(response.content)
     assert bodies[0] == bodies[1]
-    assert counts == [4, 3]  # the key with its grants, the statement, its disclosure (+ lines)
-    disclosures = {d.version: d for d in Disclosure.objects.all()}
-    expected = StatementDetailSerializer(statement, context={"disclosures": disclosures}).data
+    # The key with its grants and the statement; the first time also its disclosure's text
+    # and its lines, both kept after that.
+    assert counts == [4, 2]
+    expected = StatementDetailSerializer(statement, context=_cited_texts()).data
     assert bodies[1] == _json(expected)
     pretty = client.get(path, HTTP_ACCEPT="application/json; indent=2")
     assert pretty.content == JSONRenderer().render(expected, "application/json; indent=2", {})
@@ -253,3 +264,24 @@ def test_a_decimal_renders_as_drf_renders_it(value):
         c for name, _, c in _plain_fields(SeriesPointSerializer) if name == "availability"
     ]
     assert convert(Decimal(value)) == field.to_representation(Decimal(value))
+
+
+def test_disclosure_texts_are_kept_only_for_published_versions_with_their_hash(db):
+    """The texts statements cite are kept per (version, SHA-256) of a published disclosure:
+    a draft (which may still change) is read every time, and a hash that is not the
+    version's gives no text."""
+    published = accounts.disclosure_standard_ensure()
+    pair = (published.version, published.text_sha256)
+    text = "Draft: not yet shown to owners."
+    draft = Disclosure.objects.create(
+        version="draft-1", text=text, text_sha256=hashlib.sha256(text.encode()).hexdigest()
+    )
+    draft_pair = (draft.version, draft.text_sha256)
+    wrong = (published.version, "0" * 64)
+    assert disclosure_texts_published({pair, draft_pair, wrong}) == {pair: published.text}
+    with CaptureQueriesContext(connection) as queries:
+        assert disclosure_texts_published({pair}) == {pair: published.text}
+    assert len(queries) == 0
+    with CaptureQueriesContext(connection) as queries:
+        assert disclosure_texts_published({draft_pair}) == {}
+    assert len(queries) == 1

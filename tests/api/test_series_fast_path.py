@@ -1,7 +1,8 @@
-"""The series' fast path (buckets summed straight from the rollups) against the reference
-(every bucket measured from the engine's cells): random GPUs with telemetry gaps, state
-changes and counter resets, holdings sold mid-hour or on the hour, maintenance and incidents
-at odd instants, time out of service. Every point must be identical, field by field."""
+"""The series' fast path (buckets summed straight from the rollups, and rendered straight to
+text) against the reference (every bucket measured from the engine's cells, rendered by the
+serializer's rules): random GPUs with telemetry gaps, state changes and counter resets,
+holdings sold mid-hour or on the hour, maintenance and incidents at odd instants, time out of
+service. Every point must be identical, field by field, and the JSON byte for byte."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import random
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from rest_framework.renderers import JSONRenderer
 
-from api.selectors import gpu_series
+from api.selectors import series_parts, series_points
+from api.serializers import SeriesPointSerializer, row_sources, rows_data, series_points_json
 from fleet.models import (
     Incident,
     IncidentCause,
@@ -95,16 +98,23 @@ def _scenario(rng: random.Random, hours: int, alice_owner, bob_owner):
     return gpu
 
 
+def _rendered(points) -> bytes:
+    sources = row_sources(SeriesPointSerializer)
+    rows = [[getattr(p, source) for source in sources] for p in points]
+    return JSONRenderer().render(rows_data(SeriesPointSerializer, rows))
+
+
 def _both(gpu, owner_ids, end, step):
     with CaptureQueriesContext(connection) as queries:
-        fast = gpu_series(gpu=gpu, owner_ids=owner_ids, start=START, end=end, step=step)
+        parts = series_parts(gpu=gpu, owner_ids=owner_ids, start=START, end=end, step=step)
     sql = " ".join(q["sql"] for q in queries)
     TAKEN["fast"] += "date_bin" in sql
     TAKEN["cells"] += "billing_usage_cell" in sql
-    reference = gpu_series(
-        gpu=gpu, owner_ids=owner_ids, start=START, end=end, step=step, fast=False
+    reference = series_points(
+        series_parts(gpu=gpu, owner_ids=owner_ids, start=START, end=end, step=step, fast=False)
     )
-    return fast, reference
+    assert series_points_json(parts) == _rendered(reference), (owner_ids, step)
+    return series_points(parts), reference
 
 
 def _compare(seed: int, alice_owner, bob_owner) -> None:
@@ -142,9 +152,18 @@ def test_a_quiet_month_needs_no_cells(world):
     s.windows(gpu, START, START + dt.timedelta(hours=1, minutes=30), node=world.a.node)
     s.rebuild(START, START + 3 * HOUR)
     with CaptureQueriesContext(connection) as queries:
-        points = gpu_series(
+        parts = series_parts(
             gpu=gpu, owner_ids=[world.a.owner.pk], start=START, end=START + 3 * HOUR, step="hour"
         )
+    points = series_points(parts)
     sql = " ".join(q["sql"] for q in queries)
     assert "date_bin" in sql and "billing_usage_cell" not in sql
     assert [(p.up_s, p.no_data_s) for p in points] == [(3600, 0), (1800, 1800), (0, 3600)]
+    # The whole range is one plain gap (series_parts' shortcut): the same as the reference.
+    for end, step in (
+        (START + 3 * HOUR, "hour"),
+        (START + 48 * HOUR, "hour"),
+        (START + 48 * HOUR, "day"),
+    ):
+        fast, reference = _both(gpu, [world.a.owner.pk], end, step)
+        assert fast == reference
