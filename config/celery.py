@@ -11,6 +11,7 @@ import os
 import time
 
 from celery import Celery
+from celery.signals import task_prerun
 
 app = Celery("steward")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -18,16 +19,32 @@ app.autodiscover_tasks()
 
 BEAT_HEARTBEAT_KEY = "steward:beat:last-tick"
 
+# How many tasks this process has started: a ping's answer carries it, so whoever pings twice
+# can tell whether anything else ran in between (the tests' drain of their worker).
+_tasks_started = 0
+
+
+@task_prerun.connect
+def _task_started(**_: object) -> None:
+    global _tasks_started
+    _tasks_started += 1
+
 
 @app.task(name="steward.ping")
 def ping() -> dict[str, object]:
-    """Answers from a worker: its pid and the database it reaches (smoke tests, operators)."""
+    """Answers from a worker: its pid, the database it reaches and how many tasks it has
+    started, this one included (smoke tests, operators)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_database()")
         (database,) = cursor.fetchone() or ("?",)
-    return {"pong": True, "pid": os.getpid(), "database": database}
+    return {
+        "pong": True,
+        "pid": os.getpid(),
+        "database": database,
+        "tasks_started": _tasks_started,
+    }
 
 
 @app.task(name="steward.beat_heartbeat", ignore_result=True)

@@ -175,14 +175,37 @@ _session_worker: list[Worker] = []
 
 
 def worker_drain() -> None:
-    """If the session's worker runs, wait until it has taken every task queued so far: a ping
-    sent through its queue returns only after the tasks before it (one at a time, in order)."""
+    """If the session's worker runs, wait until it is idle with nothing queued.
+
+    A ping sent through its queue returns only after the tasks before it (one at a time, in
+    order), but a task it ran may have queued another after the ping was sent (a processed
+    batch queues the derived pass), so ping again until the only task run between two pings is
+    the second ping. A pass that found the pass lock taken comes back a second later, held by
+    the worker rather than queued; its kick flag stays set until it starts, so wait for the
+    telemetry kick flags too (they expire on their own if their task was lost)."""
     if not _session_worker:
         return
+    from django.core.cache import cache
+
     from config.celery import ping
+    from telemetry.dispatch import DERIVED_KICK_KEY, KICK_KEY
 
     worker = _session_worker[0]
-    ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=300)
+
+    def tasks_started() -> int:
+        answer = ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=300)
+        return int(answer["tasks_started"])
+
+    deadline = time.monotonic() + 300
+    before = tasks_started()
+    while time.monotonic() < deadline:
+        after = tasks_started()
+        if after == before + 1 and not cache.get_many([KICK_KEY, DERIVED_KICK_KEY]):
+            return
+        if after == before + 1:
+            time.sleep(0.1)
+        before = tasks_started() if after == before + 1 else after
+    raise AssertionError("the session's Celery worker never went idle")
 
 
 @pytest.fixture(autouse=True)

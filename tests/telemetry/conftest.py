@@ -27,6 +27,11 @@ def _windows_emptied(request: pytest.FixtureRequest) -> Any:
     request.getfixturevalue("transactional_db")
     windows_truncate()
     yield
+    # A pass the test's batches queued may still run on the session's worker: a TRUNCATE
+    # beside it deadlocks (it locks the windows and marks in another order), so wait for it.
+    from tests.conftest import worker_drain
+
+    worker_drain()
     windows_truncate()
 
 

@@ -72,3 +72,24 @@ def test_the_sweep_requeues_batches_whose_task_redis_lost(celery_worker, setting
     assert batches_sweep() == 1
     assert wait_for(lambda: IngestBatch.objects.get().status == "processed")
     assert TelemetryWindow.objects.count() == 1
+
+
+def test_the_drain_waits_for_the_pass_a_processed_batch_queued(celery_worker):
+    """The tests' teardown drains the worker before it truncates the windows: a derived pass
+    still running beside that TRUNCATE deadlocks. The pass is queued by the processing task,
+    after any ping sent while that task ran, so one ping is not enough."""
+    from tests.conftest import worker_drain
+
+    node = fleet_node(gpus=1)
+    start = minute(timezone.now()) - dt.timedelta(minutes=5)
+    body, headers = signed_batch(
+        node, batch_document(node=node, windows=[window(node.gpus[0].nvml_uuid, start)])
+    )
+    response = Client().post(
+        BATCHES_PATH, data=body, content_type=headers.pop("Content-Type"), headers=headers
+    )
+    assert response.status_code == 202
+    worker_drain()
+    assert IngestBatch.objects.get().status == "processed"
+    assert derived_pending(start=start, end=start + dt.timedelta(hours=2)) == 0
+    assert HourlyRollup.objects.aggregate(n=Sum("windows"))["n"] == 1
