@@ -269,6 +269,7 @@ class GpuRows:
     the ordering fall back to the GPU id in the same direction, so a page boundary inside a
     run of equal ``created_at`` is stable."""
 
+    model: ClassVar[type[Gpu]] = Gpu  # for the paginator's check of a cursor's position
     params: dict[str, Any]
     held: bool = False  # held at ``params["held_at"]``, not ever
     where: tuple[str, ...] = ()

@@ -2,11 +2,61 @@
 
 from __future__ import annotations
 
-from rest_framework.pagination import CursorPagination
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.db import models
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import Cursor, CursorPagination
+from rest_framework.request import Request
 
 
 class ApiCursorPagination(CursorPagination):
+    """DRF's cursor pagination, with the cursor's position checked before any query.
+
+    A cursor is opaque but not signed: a client can send any position. DRF answers a cursor
+    it cannot decode with 404 "Invalid cursor"; a position that decodes but is not a value of
+    the ordering field (``p=garbage`` or an instant without its offset for a timestamp, a NUL
+    byte) would otherwise reach the database and fail there with a 500. It gets the same
+    404."""
+
     page_size = 100
     page_size_query_param = "limit"
     max_page_size = 500
     ordering = "pk"
+
+    def paginate_queryset(
+        self, queryset: Any, request: Request, view: Any = None
+    ) -> list[Any] | None:
+        self._rows = queryset
+        return super().paginate_queryset(queryset, request, view)
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        cursor = super().decode_cursor(request)
+        if cursor is not None and cursor.position is not None:
+            field = _field_of(self._rows, self.ordering[0].lstrip("-"))
+            position = str(cursor.position)  # as DRF decodes it: text
+            try:
+                if "\x00" in position:
+                    raise ValidationError("NUL in a cursor position")
+                value = position if field is None else field.to_python(position)
+                if isinstance(value, datetime) and value.tzinfo is None:
+                    raise ValidationError("a cursor's instant carries its offset")
+            except ValidationError as exc:
+                raise NotFound(self.invalid_cursor_message) from exc
+        return cursor
+
+
+def _field_of(rows: Any, name: str) -> models.Field[Any, Any] | None:
+    """The model field (or annotation's output field) that ``rows`` are ordered by, if known."""
+    model = getattr(rows, "model", None)
+    if model is None:
+        return None
+    try:
+        field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    except FieldDoesNotExist:
+        query = getattr(rows, "query", None)
+        annotation = getattr(query, "annotations", {}).get(name)
+        return getattr(annotation, "output_field", None)
+    return field if isinstance(field, models.Field) else None
