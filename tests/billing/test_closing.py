@@ -70,19 +70,30 @@ def _snapshot(period):
     )
 
 
-def test_a_run_that_crashes_midway_then_reruns_equals_a_clean_run(transfer_world, oscar):
-    w = transfer_world
-    period = period_close_start(period=w["period"], by=oscar)
-    # The database fails writing Bob's lines: the statements written before stay, Bob's not.
+def _crash_writing_statements_of(owner) -> None:
+    """From now on the database fails every insert of ``owner``'s statements (an injected
+    crash mid-run); None lifts it."""
     with connection.cursor() as cursor:
+        if owner is None:
+            cursor.execute(
+                "DROP TRIGGER test_crash ON billing_statement; DROP FUNCTION test_crash()"
+            )
+            return
         cursor.execute(
             f"""
             CREATE FUNCTION test_crash() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN RAISE EXCEPTION 'injected crash'; END $$;
             CREATE TRIGGER test_crash BEFORE INSERT ON billing_statement FOR EACH ROW
-              WHEN (NEW.owner_id = '{w["bob"].pk}') EXECUTE FUNCTION test_crash();
+              WHEN (NEW.owner_id = '{owner.pk}') EXECUTE FUNCTION test_crash();
             """
         )
+
+
+def test_a_run_that_crashes_midway_then_reruns_equals_a_clean_run(transfer_world, oscar):
+    w = transfer_world
+    period = period_close_start(period=w["period"], by=oscar)
+    # The database fails writing Bob's lines: the statements written before stay, Bob's not.
+    _crash_writing_statements_of(w["bob"])
     from billing.services import closing
 
     closing.WRITE_CHUNK, saved = 1, closing.WRITE_CHUNK
@@ -93,8 +104,7 @@ def test_a_run_that_crashes_midway_then_reruns_equals_a_clean_run(transfer_world
         closing.WRITE_CHUNK = saved
     written_before_crash = Statement.objects.filter(period=period).count()
     assert written_before_crash == (1 if str(w["alice"].pk) < str(w["bob"].pk) else 0)
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TRIGGER test_crash ON billing_statement; DROP FUNCTION test_crash()")
+    _crash_writing_statements_of(None)
     resumed = period_close_run(period=period)
     assert resumed.written + resumed.unchanged == 2
     after_resume = _snapshot(period)
@@ -316,20 +326,11 @@ def test_chunks_written_on_connections_of_their_own_equal_one_by_one(
             for row in _snapshot(period)
         )
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            CREATE FUNCTION test_crash() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'injected crash'; END $$;
-            CREATE TRIGGER test_crash BEFORE INSERT ON billing_statement FOR EACH ROW
-              WHEN (NEW.owner_id = '{w["bob"].pk}') EXECUTE FUNCTION test_crash();
-            """
-        )
+    _crash_writing_statements_of(w["bob"])
     with pytest.raises(DatabaseError, match="injected crash"):
         period_close_run(period=period)
     assert threads and all(name.startswith("billing-writer-") for name in threads)
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TRIGGER test_crash ON billing_statement; DROP FUNCTION test_crash()")
+    _crash_writing_statements_of(None)
     resumed = period_close_run(period=period)
     assert resumed.written + resumed.unchanged == 2
     parallel = stored()
