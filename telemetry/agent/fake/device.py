@@ -89,9 +89,8 @@ class FakeGpu:
         util = rng.randint(85, 100) if busy else rng.randint(0, 3)
         p = self.pinned
         util = p.get("util_gpu", util)
-        mem_used = (
-            int(m.memory_total * (0.70 + 0.15 * phase.random())) if busy else 512 * 1024 * 1024
-        )
+        # Idle, no process holds memory: a real H100's v2 "used" is then exactly 0.
+        mem_used = int(m.memory_total * (0.70 + 0.15 * phase.random())) if busy else 0
         power = m.power_idle_mw + (m.power_max_mw - m.power_idle_mw) * util // 100
         power += rng.randint(-2000, 2000)
         power = max(1000, p.get("power_mw", power))

@@ -4,7 +4,8 @@ Each capability names a group of NVML queries; a model without it answers NotSup
 the real driver does (a GeForce card has no serial, no ECC and no row remapper; only Hopper and
 newer have GPM; pre-Ampere cards retire pages instead of remapping rows).  The V100 entry also
 lacks ``memory_v2`` to exercise the agent's fallback to ``nvmlDeviceGetMemoryInfo`` v1, as seen
-on older driver branches.
+on older driver branches.  The H100 entry's identity, idle readings and answers are held to a
+recording of a real H100 (``tests/agent/fixtures/h100``); the others come from data sheets.
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ MODELS: dict[str, GpuModel] = {
         GpuModel(
             key="H100-SXM5-80GB",
             name="NVIDIA H100 80GB HBM3",
-            part_number="692-2G520-0200-000",
+            part_number="695-2G520-0200-000",
             memory_total=81559 * MIB,
-            power_idle_mw=70_000,
+            power_idle_mw=71_000,
             power_max_mw=700_000,
             sm_clock_idle=345,
             sm_clock_max=1980,

@@ -23,8 +23,11 @@ from telemetry.agent.clock import Clock
 
 from .device import RECOVERY_GPU_RESET, RECOVERY_NONE, FakeGpu
 from .kernel_log import FakeKernelLog
+from .models import MIB
 
 _GEN_STRIDE = 0x100000
+# What the driver sets aside for itself: nvmlMemory_v2_t.reserved on an H100, driver 580.
+RESERVED_MEMORY = 480 * MIB
 # pynvml's functions: the fake must implement each one it offers, never borrow the real one.
 _REAL_FUNCTIONS = frozenset(
     name for name, value in vars(pynvml).items() if isinstance(value, types.FunctionType)
@@ -312,11 +315,13 @@ class FakeNvml:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
             mem: Any = pynvml.c_nvmlMemory_v2_t()
             mem.version = version
-            mem.reserved = 512 * 1024 * 1024
+            mem.reserved = RESERVED_MEMORY
+            used = gpu.snapshot(self._clock.now()).mem_used
         else:
             gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
             mem = pynvml.c_nvmlMemory_t()
-        used = gpu.snapshot(self._clock.now()).mem_used
+            # v1 counts the driver's reservation as used: an idle card is never at zero.
+            used = gpu.snapshot(self._clock.now()).mem_used + RESERVED_MEMORY
         mem.total, mem.used = gpu.model.memory_total, used
         mem.free = gpu.model.memory_total - used - (mem.reserved if version else 0)
         return mem

@@ -1,0 +1,148 @@
+"""The fake H100 answers the agent's calls the way a real H100 did (tests/agent/fixtures/h100)."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from telemetry.agent.clock import FakeClock
+from telemetry.agent.fake import FakeGpu, FakeNvml
+from telemetry.agent.fake.models import model
+from telemetry.agent.kmsg import pci_key
+
+from .conftest import START
+
+FIXTURE = Path(__file__).parent / "fixtures" / "h100"
+
+
+@cache
+def calls() -> list[dict[str, Any]]:
+    with (FIXTURE / "calls.jsonl").open() as f:
+        return [json.loads(line) for line in f]
+
+
+@cache
+def batches() -> list[dict[str, Any]]:
+    with (FIXTURE / "batches.jsonl").open() as f:
+        return [json.loads(line) for line in f]
+
+
+def recorded(fn: str, *args: Any) -> dict[str, Any]:
+    """The first recorded call of `fn` whose arguments after the handle are `args`."""
+    for entry in calls():
+        if entry["fn"] == fn and (not args or tuple(entry["args"][1:]) == args):
+            return entry
+    raise AssertionError(f"the recording has no {fn}{args}")
+
+
+def idle_h100() -> tuple[FakeNvml, Any]:
+    gpu = FakeGpu(slot=0, model=model("H100-SXM5-80GB"), bus=0x06, seed=1, busy=0.0)
+    gpu.pinned = {"util_gpu": 0}
+    fake = FakeNvml(FakeClock(START), [gpu])
+    fake.nvmlInit()
+    return fake, fake.nvmlDeviceGetHandleByIndex(0)
+
+
+def outcome(fake: FakeNvml, handle: Any, event_set: Any, entry: dict[str, Any]) -> str:
+    """Call what `entry` recorded on the fake: 'ok' or the error class's name."""
+
+    def arg(value: Any) -> Any:
+        if isinstance(value, dict) and "handle" in value:
+            return handle
+        if isinstance(value, dict) and "pointer" in value:
+            return event_set
+        return value
+
+    fn = getattr(fake, entry["fn"])
+    try:
+        result = fn(*map(arg, entry["args"]), **entry.get("kwargs", {}))
+    except pynvml.NVMLError as exc:
+        return type(exc).__name__
+    if entry["fn"] == "nvmlDeviceGetFieldValues":  # per-field status inside a success
+        return "ok" if result[0].nvmlReturn == pynvml.NVML_SUCCESS else "field-error"
+    return "ok"
+
+
+def test_every_call_the_agent_made_gets_the_same_kind_of_answer_from_the_fake():
+    fake, handle = idle_h100()
+    event_set = fake.nvmlEventSetCreate()
+    seen: dict[str, str] = {}
+    for entry in calls():
+        if entry["fn"] in ("nvmlInit", "nvmlShutdown"):
+            continue
+        key = json.dumps([entry["fn"], entry["args"][1:], entry.get("kwargs")], sort_keys=True)
+        real = entry.get("error", "ok")
+        if entry["fn"] == "nvmlDeviceGetFieldValues" and real == "ok":
+            real = "ok" if entry["result"][0]["nvmlReturn"] == 0 else "field-error"
+        seen.setdefault(key, real)
+        assert outcome(fake, handle, event_set, entry) == real, key
+    # The agent asked for every metric it knows; an H100 has no retired pages (rows remap).
+    assert len(seen) >= 20
+    assert seen[next(k for k in seen if "nvmlDeviceGetRetiredPages" in k)] == (
+        "NVMLError_NotSupported"
+    )
+
+
+def test_the_fake_h100_identifies_itself_like_the_real_one():
+    fake, h = idle_h100()
+    assert fake.nvmlDeviceGetName(h) == recorded("nvmlDeviceGetName")["result"]
+    part = recorded("nvmlDeviceGetBoardPartNumber")["result"]
+    assert fake.nvmlDeviceGetBoardPartNumber(h) == part == "695-2G520-0200-000"
+    uuid_form = re.compile(r"^GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$")
+    assert uuid_form.match(recorded("nvmlDeviceGetUUID")["result"])
+    assert uuid_form.match(fake.nvmlDeviceGetUUID(h))
+    serial_form = re.compile(r"^\d{13}$")
+    assert serial_form.match(recorded("nvmlDeviceGetSerial")["result"])
+    assert serial_form.match(fake.nvmlDeviceGetSerial(h))
+    real_pci, fake_pci = recorded("nvmlDeviceGetPciInfo")["result"], fake.nvmlDeviceGetPciInfo(h)
+    bus_form = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+    for pci in (real_pci, {"busId": fake_pci.busId, "busIdLegacy": fake_pci.busIdLegacy}):
+        assert bus_form.match(pci["busId"]) and pci["busIdLegacy"] == pci["busId"][4:]
+    assert fake_pci.pciDeviceId == real_pci["pciDeviceId"]
+    # The kernel log names the card "PCI:0000:00:06" (the VM put it on bus 0, device 6):
+    # both forms meet in one key.
+    assert pci_key(real_pci["busId"]) == pci_key("0000:00:06") == (0, 0, 6)
+    supported = recorded("nvmlDeviceGetSupportedEventTypes")["result"]
+    xid = pynvml.nvmlEventTypeXidCriticalError
+    assert fake.nvmlDeviceGetSupportedEventTypes(h) & xid == supported & xid == xid
+    assert recorded("nvmlDeviceRegisterEvents")["args"][1] == xid
+
+
+def test_an_idle_fake_h100_reads_like_the_idle_real_one():
+    fake, h = idle_h100()
+    real_mem = recorded("nvmlDeviceGetMemoryInfo")["result"]
+    mem = fake.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    assert (mem.total, mem.used, mem.reserved) == (
+        real_mem["total"],
+        real_mem["used"],
+        real_mem["reserved"],
+    )
+    assert mem.free == real_mem["free"]
+    v1 = fake.nvmlDeviceGetMemoryInfo(h)
+    assert v1.used == real_mem["reserved"] and v1.free == real_mem["free"]  # v1 counts it used
+    assert (
+        fake.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+        == recorded("nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM)["result"]
+    )
+    assert (
+        fake.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
+        == recorded("nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM)["result"]
+    )
+    reasons = recorded("nvmlDeviceGetCurrentClocksEventReasons")["result"]
+    assert reasons == pynvml.nvmlClocksEventReasonGpuIdle
+    assert fake.nvmlDeviceGetCurrentClocksEventReasons(h) == reasons
+    real_mw = recorded("nvmlDeviceGetPowerUsage")["result"]
+    assert abs(fake.nvmlDeviceGetPowerUsage(h) - real_mw) <= 3_000  # within 3 W
+    real_c = recorded("nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)["result"]
+    assert abs(fake.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU) - real_c) <= 5
+    assert fake.nvmlDeviceGetRemappedRows(h) == tuple(
+        recorded("nvmlDeviceGetRemappedRows")["result"]
+    )
+    field = recorded("nvmlDeviceGetFieldValues")["result"][0]
+    got = fake.nvmlDeviceGetFieldValues(h, [pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0]
+    assert (got.valueType, got.value.uiVal) == (field["valueType"], field["value"]["uiVal"])
