@@ -293,6 +293,9 @@ class GpuRows:
         comparison = {"gt": ">", "lt": "<"}[op]
         key = f"p{len(self.where)}"
         clause = f"AND {column} {comparison} %({key})s::{kind}"
+        # As the ORM would: the field's own parse, so PostgreSQL gets a typed value and never
+        # re-reads text (Python takes ISO forms, e.g. week dates, that PostgreSQL rejects).
+        value = self.model._meta.get_field(name).to_python(value)
         return replace(self, where=(*self.where, clause), params={**self.params, key: value})
 
     def where_also(self, clause: str, **params: Any) -> GpuRows:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import FieldDoesNotExist, ValidationError
@@ -43,6 +43,10 @@ class ApiCursorPagination(CursorPagination):
                 value = position if field is None else field.to_python(position)
                 if isinstance(value, datetime) and value.tzinfo is None:
                     raise ValidationError("a cursor's instant carries its offset")
+                offset = value.utcoffset() if isinstance(value, datetime) else None
+                if offset is not None and offset % timedelta(minutes=1):
+                    # PostgreSQL takes whole-minute offsets; ours are always +00:00.
+                    raise ValidationError("a cursor's offset is in whole minutes")
             except ValidationError as exc:
                 raise NotFound(self.invalid_cursor_message) from exc
         return cursor
