@@ -8,6 +8,7 @@ from typing import Any
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import models
 from rest_framework.exceptions import NotFound
+from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
@@ -64,3 +65,20 @@ def _field_of(rows: Any, name: str) -> models.Field[Any, Any] | None:
         annotation = getattr(query, "annotations", {}).get(name)
         return getattr(annotation, "output_field", None)
     return field if isinstance(field, models.Field) else None
+
+
+class ApiOrderingFilter(OrderingFilter):
+    """DRF's ``ordering=``, with the id as the last key in the first key's direction.
+
+    Rows equal in the field asked for (statements published in one run, GPUs created in one
+    import) would otherwise come in whatever order PostgreSQL finds them, which can differ
+    between two requests for consecutive pages. An ordering that already ends in the id is
+    kept as it is."""
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> list[str] | None:
+        ordering = super().get_ordering(request, queryset, view)
+        if not ordering:
+            return None
+        if ordering[-1].lstrip("-") in ("id", "pk"):
+            return list(ordering)
+        return [*ordering, "-id" if ordering[0].startswith("-") else "id"]

@@ -17,7 +17,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
-from rest_framework.filters import BaseFilterBackend, OrderingFilter
+from rest_framework.filters import BaseFilterBackend
 from rest_framework.generics import GenericAPIView, ListAPIView, RetrieveAPIView
 from rest_framework.pagination import BasePagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -31,7 +31,7 @@ from api import access
 from api.access import Caller
 from api.authentication import ApiKeyAuthentication
 from api.exceptions import problem_exception_handler
-from api.pagination import ApiCursorPagination
+from api.pagination import ApiCursorPagination, ApiOrderingFilter
 from api.permissions import AnyScope, FleetRead, StatementsRead, TelemetryRead
 from api.selectors import STEPS, series_parts
 from api.serializers import (
@@ -67,7 +67,7 @@ class ApiView(GenericAPIView[Any]):
     throttle_classes = (ApiKeyRateThrottle,)
     renderer_classes: Sequence[type[BaseRenderer]] = (JSONRenderer,)
     pagination_class: type[BasePagination] | None = ApiCursorPagination
-    filter_backends: Sequence[type[BaseFilterBackend]] = (OrderingFilter,)
+    filter_backends: Sequence[type[BaseFilterBackend]] = (ApiOrderingFilter,)
     ordering_fields: Sequence[str] = ()
     filter_serializer: type[serializers.Serializer[Any]] | None = None
 
