@@ -26,6 +26,7 @@ from django.db import connection
 from django.db.models import (
     Exists,
     F,
+    Field,
     FilteredRelation,
     OuterRef,
     Prefetch,
@@ -297,7 +298,9 @@ class GpuRows:
         clause = f"AND {column} {comparison} %({key})s::{kind}"
         # As the ORM would: the field's own parse, so PostgreSQL gets a typed value and never
         # re-reads text (Python takes ISO forms, e.g. week dates, that PostgreSQL rejects).
-        value = self.model._meta.get_field(name).to_python(value)
+        field = self.model._meta.get_field(name)
+        assert isinstance(field, Field)  # serial and created_at: concrete columns
+        value = field.to_python(value)
         return replace(self, where=(*self.where, clause), params={**self.params, key: value})
 
     def where_also(self, clause: str, **params: Any) -> GpuRows:
