@@ -32,8 +32,11 @@ def _task_started(**_: object) -> None:
 
 @app.task(name="steward.ping")
 def ping() -> dict[str, object]:
-    """Answers from a worker: its pid, the database it reaches and how many tasks it has
-    started, this one included (smoke tests, operators)."""
+    """Answers from a worker: its pid, the database it reaches, how many tasks it has
+    started (this one included) and how many it holds for a later time (a countdown or a
+    retry's backoff), for smoke tests, operators and the tests' drain of their worker. The
+    held count is this process's: exact with the solo pool, where tasks run in the worker."""
+    from celery.worker import state
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -44,6 +47,7 @@ def ping() -> dict[str, object]:
         "pid": os.getpid(),
         "database": database,
         "tasks_started": _tasks_started,
+        "tasks_scheduled": len(state.scheduled_requests),  # type: ignore[attr-defined]
     }
 
 

@@ -175,14 +175,16 @@ _session_worker: list[Worker] = []
 
 
 def worker_drain() -> None:
-    """If the session's worker runs, wait until it is idle with nothing queued.
+    """If the session's worker runs, wait until it is idle with nothing queued or held.
 
     A ping sent through its queue returns only after the tasks before it (one at a time, in
     order), but a task it ran may have queued another after the ping was sent (a processed
-    batch queues the derived pass), so ping again until the only task run between two pings is
-    the second ping. A pass that found the pass lock taken comes back a second later, held by
-    the worker rather than queued; its kick flag stays set until it starts, so wait for the
-    telemetry kick flags too (they expire on their own if their task was lost)."""
+    batch queues the derived pass), so ping again until the only task started between two
+    pings is the second ping. Tasks with a countdown (a pass that found the pass lock taken
+    comes back a second later; a retry after a database error backs off) are held by the
+    worker, not queued: the ping counts them, and their telemetry kick flags stay set until
+    they start. The flags are read between the two pings, so a held task that starts after
+    they were read is counted by the second ping."""
     if not _session_worker:
         return
     from django.core.cache import cache
@@ -192,19 +194,22 @@ def worker_drain() -> None:
 
     worker = _session_worker[0]
 
-    def tasks_started() -> int:
-        answer = ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=300)
-        return int(answer["tasks_started"])
+    def status() -> tuple[int, int]:
+        if worker.process.poll() is not None:
+            raise RuntimeError(f"the session's celery worker exited ({worker.process.returncode})")
+        answer = ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=120)
+        return int(answer["tasks_started"]), int(answer["tasks_scheduled"])
 
     deadline = time.monotonic() + 300
-    before = tasks_started()
+    before, _ = status()
     while time.monotonic() < deadline:
-        after = tasks_started()
-        if after == before + 1 and not cache.get_many([KICK_KEY, DERIVED_KICK_KEY]):
-            return
+        flags = cache.get_many([KICK_KEY, DERIVED_KICK_KEY])
+        after, held = status()
         if after == before + 1:
-            time.sleep(0.1)
-        before = tasks_started() if after == before + 1 else after
+            if not held and not flags:
+                return
+            time.sleep(0.1)  # something waits for its time: let it come
+        before = after
     raise AssertionError("the session's Celery worker never went idle")
 
 

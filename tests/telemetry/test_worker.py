@@ -93,3 +93,17 @@ def test_the_drain_waits_for_the_pass_a_processed_batch_queued(celery_worker):
     assert IngestBatch.objects.get().status == "processed"
     assert derived_pending(start=start, end=start + dt.timedelta(hours=2)) == 0
     assert HourlyRollup.objects.aggregate(n=Sum("windows"))["n"] == 1
+
+
+def test_the_drain_waits_for_a_task_held_for_its_countdown(celery_worker):
+    """A task with a countdown (a retry's backoff, a pass that found the lock taken) is held by
+    the worker, not queued: two pings pass it by. The drain waits until it has run."""
+    from django.core.cache import cache
+
+    from config.celery import BEAT_HEARTBEAT_KEY, beat_heartbeat
+    from tests.conftest import worker_drain
+
+    cache.delete(BEAT_HEARTBEAT_KEY)
+    beat_heartbeat.apply_async(queue=celery_worker.queue, countdown=2)
+    worker_drain()
+    assert cache.get(BEAT_HEARTBEAT_KEY) is not None
