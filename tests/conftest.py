@@ -213,6 +213,20 @@ def worker_drain() -> None:
     raise AssertionError("the session's Celery worker never went idle")
 
 
+def cache_clear() -> None:
+    """Delete the cache's own keys. ``cache.clear()`` is FLUSHDB, and the test Redis database
+    is also the broker's: it would take the session worker's queue, its unacknowledged tasks
+    and kombu's exchange bindings with it (a task published after that is undeliverable)."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    prefix = settings.CACHES["default"]["KEY_PREFIX"]
+    client = cache._cache.get_client(write=True)  # type: ignore[attr-defined]
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
 @pytest.fixture(autouse=True)
 def _worker_drained() -> Iterator[None]:
     """After every test, once the worker runs, wait until it has taken what the test queued.

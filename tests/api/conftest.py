@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import time_machine
-from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -23,6 +22,7 @@ from billing.models import Payout, Statement, StatementLine
 from billing.services.periods import period_for_month
 from fleet.models import Gpu, Incident, IncidentCause, MaintenanceWindow, Node
 from tests.billing import scenario as s
+from tests.conftest import cache_clear
 
 UTC = dt.UTC
 NOW = dt.datetime(2026, 3, 15, 12, 0, tzinfo=UTC)
@@ -51,10 +51,10 @@ def _frozen() -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def _throttle_counts_cleared() -> Iterator[None]:
-    cache.clear()
+    cache_clear()
     disclosure_texts_forget()
     yield
-    cache.clear()
+    cache_clear()
 
 
 @pytest.fixture
