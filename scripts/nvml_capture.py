@@ -10,7 +10,9 @@ through a recording proxy.  Writes into OUT_DIR:
 * ``calls.jsonl``: one line per NVML call: seconds since start, function, arguments (device
   handles as their index), the result as plain JSON or the error's class and code, microseconds;
 * ``batches.jsonl``: each batch the agent delivered, as the decoded JSON document;
-* ``host.json``: driver, nvidia-ml-py and Python versions, the GPUs' names.
+* ``host.json``: driver, nvidia-ml-py and Python versions, the GPUs' names;
+* ``memory.json`` (with ``--memory``): GPU 0's memory through the v1 and the v2 struct, idle
+  and while another process holds 1 GiB (the agent itself only asks for v2).
 
 ``tests/agent/fixtures/`` keeps what one such run on an H100 produced; ``docs/agent.md`` says
 what it taught.
@@ -126,8 +128,12 @@ def main() -> int:
     p.add_argument("--seconds", type=int, default=260, help="how long the agent runs")
     p.add_argument("--load-at", type=int, default=65, help="start a matmul load after this")
     p.add_argument("--load-for", type=int, default=100, help="seconds of load (0: none)")
+    p.add_argument("--memory", action="store_true", help="only record memory.json")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.memory:
+        (args.out / "memory.json").write_text(json.dumps(memory_probe(), indent=2) + "\n")
+        return 0
 
     import pynvml
 
@@ -190,6 +196,44 @@ def main() -> int:
     (args.out / "host.json").write_text(json.dumps(host, indent=2) + "\n")
     print(json.dumps(host, indent=2))
     return rc
+
+
+HOLD = """
+import sys, torch
+block = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def memory_probe() -> dict[str, Any]:
+    import pynvml
+
+    def read() -> dict[str, Any]:
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        v1 = pynvml.nvmlDeviceGetMemoryInfo(h)
+        v2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+        return {
+            "v1": {"total": v1.total, "used": v1.used, "free": v1.free},
+            "v2": {"total": v2.total, "used": v2.used, "free": v2.free, "reserved": v2.reserved},
+        }
+
+    pynvml.nvmlInit()
+    try:
+        idle = read()
+        holder = subprocess.Popen(  # noqa: S603 - our own code
+            [sys.executable, "-c", HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert holder.stdout is not None and holder.stdin is not None
+        holder.stdout.readline()
+        time.sleep(1)
+        holding = read()
+        holder.stdin.close()
+        holder.wait()
+    finally:
+        pynvml.nvmlShutdown()
+    return {"idle": idle, "holding_1_gib": holding}
 
 
 def _version(dist: str) -> str | None:

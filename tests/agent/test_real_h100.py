@@ -32,6 +32,12 @@ def batches() -> list[dict[str, Any]]:
         return [json.loads(line) for line in f]
 
 
+@cache
+def memory() -> dict[str, Any]:
+    """v1 and v2 memory answers, idle and with 1 GiB held (``nvml_capture.py --memory``)."""
+    return json.loads((FIXTURE / "memory.json").read_text())  # type: ignore[no-any-return]
+
+
 def recorded(fn: str, *args: Any) -> dict[str, Any]:
     """The first recorded call of `fn` whose arguments after the handle are `args`."""
     for entry in calls():
@@ -123,8 +129,8 @@ def test_an_idle_fake_h100_reads_like_the_idle_real_one():
         real_mem["reserved"],
     )
     assert mem.free == real_mem["free"]
-    v1 = fake.nvmlDeviceGetMemoryInfo(h)
-    assert v1.used == real_mem["reserved"] and v1.free == real_mem["free"]  # v1 counts it used
+    v1, real_v1 = fake.nvmlDeviceGetMemoryInfo(h), memory()["idle"]["v1"]
+    assert (v1.total, v1.used, v1.free) == (real_v1["total"], real_v1["used"], real_v1["free"])
     assert (
         fake.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
         == recorded("nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM)["result"]
@@ -146,3 +152,21 @@ def test_an_idle_fake_h100_reads_like_the_idle_real_one():
     field = recorded("nvmlDeviceGetFieldValues")["result"][0]
     got = fake.nvmlDeviceGetFieldValues(h, [pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0]
     assert (got.valueType, got.value.uiVal) == (field["valueType"], field["value"]["uiVal"])
+
+
+def test_v1_counts_the_reservation_as_used_on_the_fake_as_on_the_real_one():
+    """The agent asks for v2 and falls back to v1 on old drivers: the two must differ by the
+    reservation, on a busy card too (the real one held 1 GiB for another process)."""
+    real = memory()["holding_1_gib"]
+    assert real["v1"]["used"] == real["v2"]["used"] + real["v2"]["reserved"]
+    assert real["v1"]["free"] == real["v2"]["free"]
+    gpu = FakeGpu(slot=0, model=model("H100-SXM5-80GB"), bus=0x06, seed=1, busy=1.0)
+    fake = FakeNvml(FakeClock(START), [gpu])
+    fake.nvmlInit()
+    h = fake.nvmlDeviceGetHandleByIndex(0)
+    v1, v2 = (
+        fake.nvmlDeviceGetMemoryInfo(h),
+        fake.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2),
+    )
+    assert v2.used > 0
+    assert v1.used == v2.used + v2.reserved and v1.free == v2.free
