@@ -70,7 +70,8 @@ def test_the_real_agent_s_batches_are_accepted_stored_and_rolled_up(delivered: A
     # millijoules, whatever the 5 s power samples missed while the load started and stopped.
     rise_mj = windows[-1]["energy_mj"] - windows[0]["energy_mj"]
     assert rollup.energy_kwh == (Decimal(rise_mj) / 3_600_000_000).quantize(Decimal("1e-9"))
-    # Each window counts its whole minute, the one sealed at the agent's exit (2 of 12
-    # samples) included; utilization is weighted by those seconds.
+    # Each window counts its whole minute, the one sealed at the agent's exit included (it
+    # says 2 samples expected, 2 ok: the server cannot tell it was cut short); utilization
+    # is weighted by those seconds.
     assert rollup.seconds_up == 5 * 60
     assert rollup.util_gpu_seconds == sum(Decimal(str(w["util_gpu"]["avg"])) * 60 for w in windows)
