@@ -281,7 +281,7 @@ class GpuRows:
         return replace(self, empty=True)
 
     def order_by(self, *fields: str) -> GpuRows:
-        if len(fields) > 1 and fields[-1].lstrip("-") == "id":
+        if len(fields) > 1 and fields[-1].lstrip("-") in ("id", "pk"):
             fields = fields[:-1]  # the id tie-break the rows always add
         unknown = [f for f in fields if f.lstrip("-") not in _GPU_ORDER_COLUMNS]
         if unknown or not fields:

@@ -46,7 +46,8 @@ class ApiCursorPagination(CursorPagination):
                     raise ValidationError("a cursor's instant carries its offset")
                 offset = value.utcoffset() if isinstance(value, datetime) else None
                 if offset is not None and offset % timedelta(minutes=1):
-                    # PostgreSQL takes whole-minute offsets; ours are always +00:00.
+                    # Ours are always +00:00. Django binds parameters as text, and PostgreSQL
+                    # rejects an offset with a fraction of a second: a 500, not a position.
                     raise ValidationError("a cursor's offset is in whole minutes")
             except ValidationError as exc:
                 raise NotFound(self.invalid_cursor_message) from exc
@@ -72,8 +73,8 @@ class ApiOrderingFilter(OrderingFilter):
 
     Rows equal in the field asked for (statements published in one run, GPUs created in one
     import) would otherwise come in whatever order PostgreSQL finds them, which can differ
-    between two requests for consecutive pages. An ordering that already ends in the id is
-    kept as it is."""
+    between two requests for consecutive pages. An ordering that already ends in the id (a
+    view's default, such as the statements' ``-period_start, id``) is kept as it is."""
 
     def get_ordering(self, request: Request, queryset: Any, view: Any) -> list[str] | None:
         ordering = super().get_ordering(request, queryset, view)

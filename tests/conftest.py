@@ -215,8 +215,8 @@ def worker_drain() -> None:
 
 def cache_clear() -> None:
     """Delete the cache's own keys. ``cache.clear()`` is FLUSHDB, and the test Redis database
-    is also the broker's: it would take the session worker's queue, its unacknowledged tasks
-    and kombu's exchange bindings with it (a task published after that is undeliverable)."""
+    is also the broker's: it would drop the session worker's queued and unacknowledged tasks
+    (and kombu's exchange bindings) with it."""
     from django.conf import settings
     from django.core.cache import cache
 
