@@ -39,6 +39,7 @@ def ping() -> dict[str, object]:
     from celery.worker import state
     from django.db import connection
 
+    held = list(state.scheduled_requests)  # type: ignore[attr-defined]  # stubs lag celery
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_database()")
         (database,) = cursor.fetchone() or ("?",)
@@ -47,7 +48,8 @@ def ping() -> dict[str, object]:
         "pid": os.getpid(),
         "database": database,
         "tasks_started": _tasks_started,
-        "tasks_scheduled": len(state.scheduled_requests),  # type: ignore[attr-defined]
+        "tasks_scheduled": len(held),
+        "tasks_held": sorted(f"{r.name} at {r.eta}" for r in held),
     }
 
 

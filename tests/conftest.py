@@ -194,23 +194,33 @@ def worker_drain() -> None:
 
     worker = _session_worker[0]
 
-    def status() -> tuple[int, int]:
+    deadline = time.monotonic() + 300
+    held: list[str] = []
+
+    def started() -> int:
+        nonlocal held
         if worker.process.poll() is not None:
             raise RuntimeError(f"the session's celery worker exited ({worker.process.returncode})")
-        answer = ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=120)
-        return int(answer["tasks_started"]), int(answer["tasks_scheduled"])
+        wait = max(1.0, min(120.0, deadline - time.monotonic()))
+        answer = ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=wait)
+        held = list(answer["tasks_held"])
+        return int(answer["tasks_started"])
 
-    deadline = time.monotonic() + 300
-    before, _ = status()
+    before = started()
+    flags: dict[str, object] = {}
     while time.monotonic() < deadline:
         flags = cache.get_many([KICK_KEY, DERIVED_KICK_KEY])
-        after, held = status()
+        after = started()
         if after == before + 1:
             if not held and not flags:
                 return
             time.sleep(0.1)  # something waits for its time: let it come
         before = after
-    raise AssertionError("the session's Celery worker never went idle")
+    raise AssertionError(
+        f"the session's Celery worker never went idle: holding {held or 'nothing'}, "
+        f"kick flags {sorted(flags) or 'none'} (a task retrying forever, or a countdown "
+        "set under a clock frozen in the future?)"
+    )
 
 
 def cache_clear() -> None:
