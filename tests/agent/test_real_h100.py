@@ -10,12 +10,16 @@ from typing import Any
 
 import pynvml
 
+from telemetry.agent.agent import AgentConfig
 from telemetry.agent.clock import FakeClock
 from telemetry.agent.fake import FakeGpu, FakeNvml
 from telemetry.agent.fake.models import model
 from telemetry.agent.kmsg import pci_key
+from telemetry.agent.timefmt import parse_rfc3339
 
 from .conftest import START
+from .helpers import events_of, spooled_docs, windows_of
+from .replay import ReplayNvml
 
 FIXTURE = Path(__file__).parent / "fixtures" / "h100"
 
@@ -170,3 +174,22 @@ def test_v1_counts_the_reservation_as_used_on_the_fake_as_on_the_real_one():
     )
     assert v2.used > 0
     assert v1.used == v2.used + v2.reserved and v1.free == v2.free
+
+
+def test_the_agent_turns_the_recorded_answers_into_the_recorded_windows(make_node, clock):
+    """The agent, on a clock that starts when the recording did, fed the real H100's answers
+    in order, seals the same windows and events the real run sent: the readers and the
+    window aggregation hold on real values, not only on the fake's."""
+    sent = batches()
+    began = parse_rfc3339(sent[0]["sealed_at"])  # the first tick: init, enumerate, appear
+    clock.set(began)
+    node = make_node(fake=ReplayNvml(calls()), kmsg=False, config=AgentConfig(hostname="vm"))
+    node.run_until(began + 250)  # how long the recorded run lasted
+    node.close()
+    docs = spooled_docs(str(node.tmp / "spool.db"))
+
+    assert windows_of(docs) == [w for b in sent for w in b["windows"]]
+    ours = [{k: v for k, v in e.items() if k != "event_id"} for e in events_of(docs)]
+    theirs = [{k: v for k, v in e.items() if k != "event_id"} for b in sent for e in b["events"]]
+    assert ours == theirs
+    assert {d["agent"]["driver_version"] for d in docs} == {"580.159.04"}

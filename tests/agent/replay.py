@@ -1,0 +1,76 @@
+"""``pynvml`` answering from a recording made by ``scripts/nvml_capture.py``.
+
+Each function gives back what the real one answered, call after call, in the recorded order
+(per function and arguments), and repeats its last answer once the recording runs out.
+Structs come back as objects with the recorded fields, errors as the real ``pynvml`` error
+for the recorded code, handles as pointers. Constants and classes are ``pynvml``'s own.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pynvml
+
+
+class ReplayNvml:
+    def __init__(self, calls: list[dict[str, Any]]) -> None:
+        self._answers: dict[str, collections.deque[dict[str, Any]]] = collections.defaultdict(
+            collections.deque
+        )
+        self._last: dict[str, dict[str, Any]] = {}
+        self._handles: dict[int, Any] = {}
+        for entry in calls:
+            self._answers[self._key(entry["fn"], entry["args"], entry.get("kwargs"))].append(entry)
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("nvml") or isinstance(getattr(pynvml, name), int | type):
+            return getattr(pynvml, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            key = self._key(name, [self._plain(a) for a in args], kwargs or None)
+            queue = self._answers.get(key)
+            if queue:
+                self._last[key] = queue.popleft()
+            entry = self._last.get(key)
+            if entry is None:
+                raise AssertionError(f"the recording never saw {key}")
+            if "error" in entry:
+                raise pynvml.NVMLError(entry["code"])
+            return self._value(entry["result"])
+
+        call.__name__ = name
+        return call
+
+    @staticmethod
+    def _key(fn: str, args: list[Any], kwargs: dict[str, Any] | None) -> str:
+        return json.dumps([fn, args, kwargs], sort_keys=True)
+
+    def _plain(self, value: Any) -> Any:
+        """An argument as the recording wrote it: handles by index, event sets as pointers."""
+        if isinstance(value, ctypes._Pointer):
+            address = ctypes.cast(value, ctypes.c_void_p).value or 0
+            for index, handle in self._handles.items():
+                if ctypes.cast(handle, ctypes.c_void_p).value == address:
+                    return {"handle": index}
+            return {"pointer": bool(address)}
+        return value
+
+    def _value(self, result: Any) -> Any:
+        if isinstance(result, dict) and set(result) == {"handle"}:
+            index = result["handle"]
+            if index not in self._handles:
+                address = ctypes.c_void_p(0x1000 * (index + 1))
+                self._handles[index] = ctypes.cast(address, pynvml.c_nvmlDevice_t)
+            return self._handles[index]
+        if isinstance(result, dict) and set(result) == {"pointer"}:
+            return ctypes.cast(ctypes.c_void_p(0x10), ctypes.POINTER(ctypes.c_void_p))
+        if isinstance(result, dict):
+            return SimpleNamespace(**{k: self._value(v) for k, v in result.items()})
+        if isinstance(result, list):
+            return [self._value(v) for v in result]
+        return result
