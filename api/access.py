@@ -26,7 +26,6 @@ from django.db import connection
 from django.db.models import (
     Exists,
     F,
-    Field,
     FilteredRelation,
     OuterRef,
     Prefetch,
@@ -270,7 +269,7 @@ class GpuRows:
     the ordering fall back to the GPU id in the same direction, so a page boundary inside a
     run of equal ``created_at`` is stable."""
 
-    model: ClassVar[type[Gpu]] = Gpu  # for the paginator's check of a cursor's position
+    model: ClassVar[type[Gpu]] = Gpu  # the paginator parses a cursor's position by its field
     params: dict[str, Any]
     held: bool = False  # held at ``params["held_at"]``, not ever
     where: tuple[str, ...] = ()
@@ -296,11 +295,7 @@ class GpuRows:
         comparison = {"gt": ">", "lt": "<"}[op]
         key = f"p{len(self.where)}"
         clause = f"AND {column} {comparison} %({key})s::{kind}"
-        # As the ORM would: the field's own parse, so PostgreSQL gets a typed value and never
-        # re-reads text (Python takes ISO forms, e.g. week dates, that PostgreSQL rejects).
-        field = self.model._meta.get_field(name)
-        assert isinstance(field, Field)  # serial and created_at: concrete columns
-        value = field.to_python(value)
+        # The paginator hands over the position parsed by its field (typed, never text).
         return replace(self, where=(*self.where, clause), params={**self.params, key: value})
 
     def where_also(self, clause: str, **params: Any) -> GpuRows:

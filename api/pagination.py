@@ -51,6 +51,9 @@ class ApiCursorPagination(CursorPagination):
                     raise ValidationError("a cursor's offset is in whole minutes")
             except ValidationError as exc:
                 raise NotFound(self.invalid_cursor_message) from exc
+            # The parsed value goes on to the rows' filter, so no one parses the text again
+            # (PostgreSQL reads some ISO forms differently from Python, or not at all).
+            cursor = cursor._replace(position=value)  # type: ignore[arg-type]  # stubs say int
         return cursor
 
 
