@@ -37,6 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from telemetry.agent.node import handle_key  # noqa: E402 - after the path is set
+
 LOAD = """
 import time, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -86,7 +88,7 @@ class Recorder(types.ModuleType):
                 raise
             entry["us"] = (time.perf_counter_ns() - begun) // 1000
             if name == "nvmlDeviceGetHandleByIndex":
-                self._handles[_address(result)] = int(args[0])
+                self._handles[handle_key(result)] = int(args[0])
             entry["result"] = self._plain(result)
             self._log(entry)
             return result
@@ -104,7 +106,7 @@ class Recorder(types.ModuleType):
         if isinstance(value, bytes):
             return value.decode(errors="replace")
         if isinstance(value, ctypes._Pointer):  # a device handle or an event set
-            address = _address(value)
+            address = handle_key(value)
             if address in self._handles:
                 return {"handle": self._handles[address]}
             return {"pointer": bool(address)}
@@ -113,13 +115,6 @@ class Recorder(types.ModuleType):
         if isinstance(value, list | tuple | ctypes.Array):
             return [self._plain(v) for v in value]
         return repr(value)
-
-
-def _address(pointer: Any) -> int:
-    try:
-        return int(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
-    except (TypeError, ctypes.ArgumentError):
-        return id(pointer)
 
 
 def main() -> int:

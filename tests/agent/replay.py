@@ -4,6 +4,7 @@ Each function gives back what the real one answered, call after call, in the rec
 (per function and arguments), and repeats its last answer once the recording runs out.
 Structs come back as objects with the recorded fields, errors as the real ``pynvml`` error
 for the recorded code, handles as pointers. Constants and classes are ``pynvml``'s own.
+The recording of a real H100 kept in ``fixtures/h100`` is read here too.
 """
 
 from __future__ import annotations
@@ -11,10 +12,39 @@ from __future__ import annotations
 import collections
 import ctypes
 import json
+from functools import cache
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pynvml
+
+from telemetry.agent.node import handle_key
+
+H100 = Path(__file__).parent / "fixtures" / "h100"
+
+
+def _jsonl(name: str) -> list[dict[str, Any]]:
+    with (H100 / name).open() as f:
+        return [json.loads(line) for line in f]
+
+
+@cache
+def h100_calls() -> list[dict[str, Any]]:
+    """Every NVML call the agent made on the real H100, in order."""
+    return _jsonl("calls.jsonl")
+
+
+@cache
+def h100_batches() -> list[dict[str, Any]]:
+    """The batches the agent sent from the real H100."""
+    return _jsonl("batches.jsonl")
+
+
+@cache
+def h100_memory() -> dict[str, Any]:
+    """v1 and v2 memory answers, idle and with 1 GiB held (``nvml_capture.py --memory``)."""
+    return json.loads((H100 / "memory.json").read_text())  # type: ignore[no-any-return]
 
 
 class ReplayNvml:
@@ -53,9 +83,9 @@ class ReplayNvml:
     def _plain(self, value: Any) -> Any:
         """An argument as the recording wrote it: handles by index, event sets as pointers."""
         if isinstance(value, ctypes._Pointer):
-            address = ctypes.cast(value, ctypes.c_void_p).value or 0
+            address = handle_key(value)
             for index, handle in self._handles.items():
-                if ctypes.cast(handle, ctypes.c_void_p).value == address:
+                if handle_key(handle) == address:
                     return {"handle": index}
             return {"pointer": bool(address)}
         return value

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -19,32 +17,12 @@ from telemetry.agent.timefmt import parse_rfc3339
 
 from .conftest import START
 from .helpers import events_of, spooled_docs, windows_of
-from .replay import ReplayNvml
-
-FIXTURE = Path(__file__).parent / "fixtures" / "h100"
-
-
-@cache
-def calls() -> list[dict[str, Any]]:
-    with (FIXTURE / "calls.jsonl").open() as f:
-        return [json.loads(line) for line in f]
-
-
-@cache
-def batches() -> list[dict[str, Any]]:
-    with (FIXTURE / "batches.jsonl").open() as f:
-        return [json.loads(line) for line in f]
-
-
-@cache
-def memory() -> dict[str, Any]:
-    """v1 and v2 memory answers, idle and with 1 GiB held (``nvml_capture.py --memory``)."""
-    return json.loads((FIXTURE / "memory.json").read_text())  # type: ignore[no-any-return]
+from .replay import ReplayNvml, h100_batches, h100_calls, h100_memory
 
 
 def recorded(fn: str, *args: Any) -> dict[str, Any]:
     """The first recorded call of `fn` whose arguments after the handle are `args`."""
-    for entry in calls():
+    for entry in h100_calls():
         if entry["fn"] == fn and (not args or tuple(entry["args"][1:]) == args):
             return entry
     raise AssertionError(f"the recording has no {fn}{args}")
@@ -82,7 +60,7 @@ def test_every_call_the_agent_made_gets_the_same_kind_of_answer_from_the_fake():
     fake, handle = idle_h100()
     event_set = fake.nvmlEventSetCreate()
     seen: dict[str, str] = {}
-    for entry in calls():
+    for entry in h100_calls():
         if entry["fn"] in ("nvmlInit", "nvmlShutdown"):
             continue
         key = json.dumps([entry["fn"], entry["args"][1:], entry.get("kwargs")], sort_keys=True)
@@ -133,7 +111,7 @@ def test_an_idle_fake_h100_reads_like_the_idle_real_one():
         real_mem["reserved"],
     )
     assert mem.free == real_mem["free"]
-    v1, real_v1 = fake.nvmlDeviceGetMemoryInfo(h), memory()["idle"]["v1"]
+    v1, real_v1 = fake.nvmlDeviceGetMemoryInfo(h), h100_memory()["idle"]["v1"]
     assert (v1.total, v1.used, v1.free) == (real_v1["total"], real_v1["used"], real_v1["free"])
     assert (
         fake.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
@@ -161,7 +139,7 @@ def test_an_idle_fake_h100_reads_like_the_idle_real_one():
 def test_v1_counts_the_reservation_as_used_on_the_fake_as_on_the_real_one():
     """The agent asks for v2 and falls back to v1 on old drivers: the two must differ by the
     reservation, on a busy card too (the real one held 1 GiB for another process)."""
-    real = memory()["holding_1_gib"]
+    real = h100_memory()["holding_1_gib"]
     assert real["v1"]["used"] == real["v2"]["used"] + real["v2"]["reserved"]
     assert real["v1"]["free"] == real["v2"]["free"]
     gpu = FakeGpu(slot=0, model=model("H100-SXM5-80GB"), bus=0x06, seed=1, busy=1.0)
@@ -180,10 +158,10 @@ def test_the_agent_turns_the_recorded_answers_into_the_recorded_windows(make_nod
     """The agent, on a clock that starts when the recording did, fed the real H100's answers
     in order, seals the same windows and events the real run sent: the readers and the
     window aggregation hold on real values, not only on the fake's."""
-    sent = batches()
+    sent = h100_batches()
     began = parse_rfc3339(sent[0]["sealed_at"])  # the first tick: init, enumerate, appear
     clock.set(began)
-    node = make_node(fake=ReplayNvml(calls()), kmsg=False, config=AgentConfig(hostname="vm"))
+    node = make_node(fake=ReplayNvml(h100_calls()), kmsg=False, config=AgentConfig(hostname="vm"))
     node.run_until(began + 250)  # how long the recorded run lasted
     node.close()
     docs = spooled_docs(str(node.tmp / "spool.db"))

@@ -4,9 +4,7 @@ signed POST → endpoint → worker's window path → derived pass, with nothing
 from __future__ import annotations
 
 import datetime as dt
-import json
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,16 +16,11 @@ from telemetry.models import HourlyRollup, RejectedRecord, TelemetryEvent, Telem
 from telemetry.services.derived import derived_drain
 from telemetry.services.processing import batches_process
 from telemetry.testing import BATCHES_PATH, fleet_node, signed_batch
+from tests.agent.replay import h100_batches
 
-FIXTURE = Path(__file__).parent.parent / "agent" / "fixtures" / "h100" / "batches.jsonl"
 # A minute after the agent sealed its last batch, as when it delivered them.
 DELIVERED = dt.datetime(2026, 11, 25, 18, 49, tzinfo=dt.UTC)
 HOUR = dt.datetime(2026, 11, 25, 18, tzinfo=dt.UTC)
-
-
-def recorded() -> list[dict[str, Any]]:
-    with FIXTURE.open() as f:
-        return [json.loads(line) for line in f]
 
 
 @pytest.fixture
@@ -38,7 +31,7 @@ def delivered() -> Any:
 
 @pytest.mark.django_db
 def test_the_real_agent_s_batches_are_accepted_stored_and_rolled_up(delivered: Any) -> None:
-    documents = recorded()
+    documents = h100_batches()
     windows = [w for d in documents for w in d["windows"]]
     (uuid,) = {w["gpu_uuid"] for w in windows}
     node = fleet_node(gpus=1, placed_from=DELIVERED - dt.timedelta(days=30))
