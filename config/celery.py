@@ -33,9 +33,9 @@ def _task_started(**_: object) -> None:
 @app.task(name="steward.ping")
 def ping() -> dict[str, object]:
     """Answers from a worker: its pid, the database it reaches, how many tasks it has
-    started (this one included) and how many it holds for a later time (a countdown or a
-    retry's backoff), for smoke tests, operators and the tests' drain of their worker. The
-    held count is this process's: exact with the solo pool, where tasks run in the worker."""
+    started (this one included) and which it holds for a later time (a countdown or a retry's
+    backoff), for smoke tests, operators and the tests' drain of their worker. The held
+    tasks are this process's: exact with the solo pool, where tasks run in the worker."""
     from celery.worker import state
     from django.db import connection
 
@@ -48,7 +48,6 @@ def ping() -> dict[str, object]:
         "pid": os.getpid(),
         "database": database,
         "tasks_started": _tasks_started,
-        "tasks_scheduled": len(held),
         "tasks_held": sorted(f"{r.name} at {r.eta}" for r in held),
     }
 

@@ -195,22 +195,20 @@ def worker_drain() -> None:
     worker = _session_worker[0]
 
     deadline = time.monotonic() + 300
-    held: list[str] = []
 
-    def started() -> int:
-        nonlocal held
+    def status() -> tuple[int, list[str]]:
+        """Tasks the worker has started, and those it holds for later."""
         if worker.process.poll() is not None:
             raise RuntimeError(f"the session's celery worker exited ({worker.process.returncode})")
         wait = max(1.0, min(120.0, deadline - time.monotonic()))
         answer = ping.apply_async(queue=worker.queue, ignore_result=False).get(timeout=wait)
-        held = list(answer["tasks_held"])
-        return int(answer["tasks_started"])
+        return int(answer["tasks_started"]), list(answer["tasks_held"])
 
-    before = started()
+    before, held = status()
     flags: dict[str, object] = {}
     while time.monotonic() < deadline:
         flags = cache.get_many([KICK_KEY, DERIVED_KICK_KEY])
-        after = started()
+        after, held = status()
         if after == before + 1:
             if not held and not flags:
                 return
