@@ -316,14 +316,15 @@ class FakeNvml:
             mem: Any = pynvml.c_nvmlMemory_v2_t()
             mem.version = version
             mem.reserved = RESERVED_MEMORY
-            used = gpu.snapshot(self._clock.now()).mem_used
         else:
             gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
             mem = pynvml.c_nvmlMemory_t()
-            # v1 counts the driver's reservation as used: an idle card is never at zero.
-            used = gpu.snapshot(self._clock.now()).mem_used + RESERVED_MEMORY
-        mem.total, mem.used = gpu.model.memory_total, used
-        mem.free = gpu.model.memory_total - used - (mem.reserved if version else 0)
+        allocated = gpu.snapshot(self._clock.now()).mem_used
+        # v1 counts the driver's reservation as used (an idle card is never at zero); both
+        # report the same free memory.
+        mem.total = gpu.model.memory_total
+        mem.used = allocated if version else allocated + RESERVED_MEMORY
+        mem.free = gpu.model.memory_total - allocated - RESERVED_MEMORY
         return mem
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
