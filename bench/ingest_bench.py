@@ -121,7 +121,8 @@ def _reset() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE telemetry_window, telemetry_ingestbatch, telemetry_rejectedrecord, "
+            "TRUNCATE telemetry_window, telemetry_ingestbatch, telemetry_queuedbatch, "
+            "telemetry_rejectedrecord, "
             "telemetry_telemetryevent, telemetry_gpustatetransition, telemetry_hourlyrollup, "
             "telemetry_nodestatus, telemetry_derivedwork"
         )
@@ -305,9 +306,9 @@ def _celery_worker(concurrency: int) -> subprocess.Popen[bytes]:
 
 
 def _pending() -> int:
-    from telemetry.models import IngestBatch
+    from telemetry.models import QueuedBatch
 
-    return IngestBatch.objects.filter(status="pending").count()
+    return QueuedBatch.objects.filter(failed=False).count()
 
 
 def bench_catch_up(fleet: list[Any]) -> float:

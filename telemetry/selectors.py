@@ -37,13 +37,14 @@ class IngestHealth:
 
 
 def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) -> IngestHealth:
-    """Counts come from the partial index of unfinished batches, so they stay cheap however
-    many batches have been processed."""
+    """Counts come from the queue of unprocessed batches, so they stay cheap however many
+    batches have been processed."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*), min(received_at) FROM telemetry_ingestbatch WHERE status = 'pending'"
+            "SELECT count(*) FILTER (WHERE NOT failed), min(received_at) FILTER (WHERE NOT failed),"
+            " count(*) FILTER (WHERE failed) FROM telemetry_queuedbatch"
         )
-        pending, oldest = cursor.fetchone() or (0, None)
+        pending, oldest, failed = cursor.fetchone() or (0, None, 0)
         # A claim row is live while its chunk's transaction holds it: the rows this cannot
         # lock (KEY SHARE conflicts only with that transaction's FOR UPDATE) are live, the
         # others belong to lost workers. Claim rows are few (one per running chunk).
@@ -54,8 +55,6 @@ def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) ->
             "ORDER BY claimed_at"
         )
         workers = [(w, int(n), at) for cid, w, n, at in cursor.fetchall() if cid not in abandoned]
-        cursor.execute("SELECT count(*) FROM telemetry_ingestbatch WHERE status = 'failed'")
-        (failed,) = cursor.fetchone() or (0,)
         cursor.execute(
             "SELECT reason, count(*) FROM telemetry_rejectedrecord "
             "WHERE recorded_at >= %s GROUP BY reason ORDER BY 2 DESC",

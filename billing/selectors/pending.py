@@ -8,8 +8,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Count
 
-from telemetry.models import IngestBatch
-from telemetry.models.ingest import BatchStatus
+from telemetry.models import QueuedBatch
 from telemetry.selectors import derived_pending
 
 
@@ -48,16 +47,13 @@ def telemetry_pending(*, start: datetime, end: datetime) -> PendingTelemetry:
     """
     since = start - timedelta(seconds=settings.TELEMETRY_MAX_FUTURE_S)
     counts = dict(
-        IngestBatch.objects.filter(
-            status__in=[BatchStatus.PENDING, BatchStatus.FAILED],
-            received_at__gte=since,
-        )
-        .values_list("status")
-        .annotate(n=Count("id"))
+        QueuedBatch.objects.filter(received_at__gte=since)
+        .values_list("failed")
+        .annotate(n=Count("pk"))
         .order_by()
     )
     return PendingTelemetry(
-        pending=counts.get(BatchStatus.PENDING, 0),
-        failed=counts.get(BatchStatus.FAILED, 0),
+        pending=counts.get(False, 0),
+        failed=counts.get(True, 0),
         derived=derived_pending(start=start, end=end),
     )

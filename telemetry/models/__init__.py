@@ -6,6 +6,7 @@ from telemetry.models.ingest import (
     IngestBatch,
     IngestClaim,
     NodeStatus,
+    QueuedBatch,
     RejectedRecord,
 )
 from telemetry.models.series import (
@@ -26,6 +27,7 @@ __all__ = [
     "IngestClaim",
     "NodeCredential",
     "NodeStatus",
+    "QueuedBatch",
     "RejectedRecord",
     "TelemetryEvent",
     "TelemetryWindow",

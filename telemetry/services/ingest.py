@@ -111,11 +111,22 @@ def batch_receive(
 
 def batches_requeue(*, batch_ids: list[int]) -> int:
     """Puts failed batches back in the queue (after an operator fixed the cause)."""
-    from telemetry.models import IngestBatch
-
-    with transaction.atomic():
-        count = IngestBatch.objects.filter(pk__in=batch_ids, status="failed").update(
-            status="pending", attempts=0, error="", claimed_by="", claimed_at=None
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH requeued AS (
+                UPDATE telemetry_ingestbatch
+                   SET status = 'pending', attempts = 0, error = '', claimed_by = '',
+                       claimed_at = NULL
+                 WHERE id = ANY(%s) AND status = 'failed'
+             RETURNING id, received_at
+            )
+            INSERT INTO telemetry_queuedbatch (batch_id, received_at, attempts, failed)
+            SELECT id, received_at, 0, false FROM requeued
+                ON CONFLICT (batch_id) DO UPDATE SET attempts = 0, failed = false
+            """,
+            [batch_ids],
         )
+        count = int(cursor.rowcount)
         transaction.on_commit(processing_kick)
     return count

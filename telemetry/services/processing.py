@@ -158,8 +158,16 @@ def _chunk_guarded(
 def _batch_fail(*, batch_id: int, worker: str, error: str) -> None:
     with transaction.atomic():
         connection.cursor().execute(
-            "UPDATE telemetry_ingestbatch SET status = 'failed', error = %s, processed_at = now(), "
-            "claimed_by = %s WHERE id = %s AND status = 'pending'",
+            """
+            WITH failed AS (
+                UPDATE telemetry_ingestbatch
+                   SET status = 'failed', error = %s, processed_at = now(), claimed_by = %s
+                 WHERE id = %s AND status = 'pending'
+             RETURNING id
+            )
+            UPDATE telemetry_queuedbatch SET failed = true
+             WHERE batch_id IN (SELECT id FROM failed)
+            """,
             [error[:2000], worker, batch_id],
         )
 
@@ -180,20 +188,24 @@ def claims_reap() -> int:
                                ORDER BY id FOR UPDATE SKIP LOCKED)
              RETURNING batch_ids
             ), hit AS (
+                UPDATE telemetry_queuedbatch q
+                   SET attempts = q.attempts + 1, failed = q.attempts + 1 >= %s
+                 WHERE q.batch_id IN (SELECT batch_id FROM telemetry_queuedbatch
+                                       WHERE batch_id IN (SELECT unnest(batch_ids) FROM dead)
+                                         AND NOT failed
+                                       ORDER BY batch_id FOR UPDATE SKIP LOCKED)
+             RETURNING q.batch_id, q.attempts, q.failed
+            ), counted AS (
                 UPDATE telemetry_ingestbatch b
-                   SET attempts = b.attempts + 1,
-                       status = CASE WHEN b.attempts + 1 >= %s THEN 'failed' ELSE b.status END,
-                       error = CASE WHEN b.attempts + 1 >= %s THEN %s ELSE b.error END
-                 WHERE b.id IN (SELECT id FROM telemetry_ingestbatch
-                                 WHERE id IN (SELECT unnest(batch_ids) FROM dead)
-                                   AND status = 'pending'
-                                 ORDER BY id FOR UPDATE SKIP LOCKED)
-             RETURNING b.id
+                   SET attempts = hit.attempts,
+                       status = CASE WHEN hit.failed THEN 'failed' ELSE b.status END,
+                       error = CASE WHEN hit.failed THEN %s ELSE b.error END
+                  FROM hit
+                 WHERE b.id = hit.batch_id
             )
             SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM hit)
             """,
-            [REAP_AFTER_S, settings.TELEMETRY_MAX_ATTEMPTS, settings.TELEMETRY_MAX_ATTEMPTS,
-             GAVE_UP],
+            [REAP_AFTER_S, settings.TELEMETRY_MAX_ATTEMPTS, GAVE_UP],
         )  # fmt: skip
         dead, hit = cursor.fetchone() or (0, 0)
     if dead:
@@ -296,20 +308,24 @@ class _Work:
     rejections: list[tuple[Any, ...]] = field(default_factory=list)
 
 
+# Pending batches, oldest first, from the queue's own index; only the queue rows are locked
+# (the batch rows are written once, by the chunk that processes them).
 _CLAIM = """
-SELECT id, node_id, body, received_at, signed_at, window_count, attempts
-  FROM telemetry_ingestbatch
- WHERE status = 'pending' {only}
- ORDER BY received_at, id
-   FOR UPDATE SKIP LOCKED
+SELECT b.id, b.node_id, b.body, b.received_at, b.signed_at, b.window_count, q.attempts
+  FROM telemetry_queuedbatch q
+  JOIN telemetry_ingestbatch b ON b.id = q.batch_id
+ WHERE NOT q.failed {only}
+ ORDER BY q.received_at, q.batch_id
+   FOR UPDATE OF q SKIP LOCKED
 """
 _CLAIM_SUSPECT = """
-SELECT id, node_id, body, received_at, signed_at, window_count, attempts
-  FROM telemetry_ingestbatch
- WHERE status = 'pending' AND attempts > 0
- ORDER BY received_at, id
+SELECT b.id, b.node_id, b.body, b.received_at, b.signed_at, b.window_count, q.attempts
+  FROM telemetry_queuedbatch q
+  JOIN telemetry_ingestbatch b ON b.id = q.batch_id
+ WHERE NOT q.failed AND q.attempts > 0
+ ORDER BY q.received_at, q.batch_id
  LIMIT 1
-   FOR UPDATE SKIP LOCKED
+   FOR UPDATE OF q SKIP LOCKED
 """
 
 
@@ -329,7 +345,7 @@ def _claim(cursor: Any, *, batches: int, windows: int, only: list[int] | None) -
     named = psycopg.ServerCursor(connection.connection, f"telemetry_claim_{os.getpid()}")
     try:
         named.execute(
-            _CLAIM.format(only="AND id = ANY(%s::bigint[])" if only is not None else ""),
+            _CLAIM.format(only="AND q.batch_id = ANY(%s::bigint[])" if only is not None else ""),
             [only] if only is not None else None,
             binary=True,
         )
@@ -425,20 +441,28 @@ def _chunk_process(
         transaction.on_commit(derived_kick)
         if loaded:
             _node_status_update(cursor, loaded)
-        # The batches' one write: processed (or failed, undecodable), with who did it.
+        # The batches' one write: processed (or failed, undecodable), with who did it — a HOT
+        # update, no indexed column changes — and their queue rows go (or are set aside).
         cursor.execute(
             """
+            WITH v AS MATERIALIZED (
+                SELECT * FROM json_to_recordset(%s::json)
+                    AS v(id bigint, s text, e text, aw int, ae int, rc int)
+            ), dequeued AS (
+                DELETE FROM telemetry_queuedbatch q USING v
+                 WHERE q.batch_id = v.id AND v.s = 'processed'
+            ), set_aside AS (
+                UPDATE telemetry_queuedbatch q SET failed = true FROM v
+                 WHERE q.batch_id = v.id AND v.s = 'failed'
+            )
             UPDATE telemetry_ingestbatch b
                SET status = v.s, processed_at = now(), error = v.e, claimed_by = %s,
                    claimed_at = c.claimed_at,
                    accepted_windows = v.aw, accepted_events = v.ae, rejected_count = v.rc
-              FROM json_to_recordset(%s::json) AS v(id bigint, s text, e text, aw int, ae int,
-                                                     rc int),
-                   telemetry_ingestclaim c
+              FROM v, telemetry_ingestclaim c
              WHERE b.id = v.id AND c.id = %s
             """,
             [
-                worker,
                 _json(
                     [
                         {"id": i.id, "s": "processed", "e": "", "aw": i.accepted_windows,
@@ -450,6 +474,7 @@ def _chunk_process(
                         for bid, error in broken
                     ]
                 ),
+                worker,
                 claim_id,
             ],
         )  # fmt: skip

@@ -19,8 +19,7 @@ def batches_needing_work(*, now: dt.datetime, older_than: dt.timedelta) -> int:
     went with it and they are plain pending batches again)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM telemetry_ingestbatch "
-            "WHERE status = 'pending' AND received_at < %s",
+            "SELECT count(*) FROM telemetry_queuedbatch WHERE NOT failed AND received_at < %s",
             [now - older_than],
         )
         (count,) = cursor.fetchone() or (0,)

@@ -15,6 +15,7 @@ from telemetry.models import (
     HourlyRollup,
     IngestBatch,
     IngestClaim,
+    QueuedBatch,
     RejectedRecord,
     TelemetryEvent,
     TelemetryWindow,
@@ -356,7 +357,9 @@ def test_a_held_batch_is_skipped_and_a_lost_workers_batch_comes_back(node, post,
         ).fetchone()
     worker_a = psycopg.connect(url)
     try:
-        worker_a.execute("SELECT 1 FROM telemetry_ingestbatch WHERE id = %s FOR UPDATE", [batch.id])
+        worker_a.execute(
+            "SELECT 1 FROM telemetry_queuedbatch WHERE batch_id = %s FOR UPDATE", [batch.id]
+        )
         worker_a.execute("SELECT 1 FROM telemetry_ingestclaim WHERE id = %s FOR UPDATE", [claim_id])
 
         result = batches_process(worker="b")
@@ -384,7 +387,7 @@ def test_a_batch_that_keeps_killing_its_worker_is_set_aside(node, post, settings
     send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
     send(post, node, [window(node.gpus[0].nvml_uuid, at(1))])
     doomed, fine = IngestBatch.objects.order_by("id")
-    IngestBatch.objects.filter(pk=doomed.pk).update(attempts=settings.TELEMETRY_MAX_ATTEMPTS - 1)
+    _attempts_lost(doomed, settings.TELEMETRY_MAX_ATTEMPTS - 1)
     with connection.cursor() as cursor:  # the claim of the worker it killed last
         cursor.execute(
             "INSERT INTO telemetry_ingestclaim (worker, claimed_at, batch_ids) "
@@ -398,6 +401,17 @@ def test_a_batch_that_keeps_killing_its_worker_is_set_aside(node, post, settings
     assert "gave up" in doomed.error
     assert IngestBatch.objects.get(pk=fine.pk).status == "processed"
     assert not IngestClaim.objects.exists()
+    # Set aside: out of the workers' queue, still counted as unfinished for operators.
+    assert list(QueuedBatch.objects.values_list("batch_id", "failed", "attempts")) == [
+        (doomed.pk, True, settings.TELEMETRY_MAX_ATTEMPTS)
+    ]
+
+
+def _attempts_lost(batch: IngestBatch, attempts: int) -> None:
+    """The state the reaper leaves after ``attempts`` lost workers: counted on the batch and
+    on its queue row."""
+    IngestBatch.objects.filter(pk=batch.pk).update(attempts=attempts)
+    QueuedBatch.objects.filter(batch_id=batch.pk).update(attempts=attempts)
 
 
 def test_a_batch_that_lost_its_worker_is_claimed_alone(node, post):
@@ -406,7 +420,7 @@ def test_a_batch_that_lost_its_worker_is_claimed_alone(node, post):
     for minute in range(3):
         send(post, node, [window(node.gpus[0].nvml_uuid, at(minute))])
     _, second, _ = IngestBatch.objects.order_by("id")
-    IngestBatch.objects.filter(pk=second.pk).update(attempts=1)
+    _attempts_lost(second, 1)
     import psycopg
     from django.db import transaction
 
@@ -427,3 +441,56 @@ def test_node_status_tracks_last_seen_and_clock_skew(node, post):
     status = NodeStatus.objects.get(node=node.node)
     assert (status.last_seen_at, status.clock_skew_s, status.last_window_end) == (NOW, 4.0, at(1))
     assert status.agent_version == "0.1.0-test"
+
+
+def test_a_set_aside_batch_is_counted_until_an_operator_requeues_it(node, post):
+    """An undecodable body is set aside (failed) with its error: out of the workers' queue,
+    still unfinished for the console and for a close. Re-queued, it is taken again."""
+    from billing.selectors.pending import telemetry_pending
+    from telemetry.selectors import ingest_health
+    from telemetry.services.ingest import batches_requeue
+
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
+    good = IngestBatch.objects.get()
+    broken = IngestBatch.objects.create(
+        node=node.node, batch_id="018f0000-0000-7000-8000-0000000000ff", body_sha256="0" * 64,
+        body=b"not gzip", signed_at=NOW, received_at=NOW, answer={},
+    )  # fmt: skip
+    assert set(QueuedBatch.objects.values_list("batch_id", "failed")) == {
+        (good.pk, False),
+        (broken.pk, False),
+    }
+
+    result = process()
+    assert (result.processed, result.failed) == (1, 1)
+    broken.refresh_from_db()
+    assert (broken.status, broken.claimed_by) == ("failed", "test-worker")
+    assert "undecodable body" in broken.error
+    assert list(QueuedBatch.objects.values_list("batch_id", "failed")) == [(broken.pk, True)]
+    health = ingest_health(now=NOW)
+    assert (health.pending, health.failed) == (0, 1)
+    pending = telemetry_pending(start=NOW - dt.timedelta(hours=1), end=NOW + dt.timedelta(hours=1))
+    assert (pending.pending, pending.failed) == (0, 1)
+    assert process().claimed == 0  # set aside: no worker takes it again on its own
+
+    assert batches_requeue(batch_ids=[broken.pk, good.pk]) == 1  # only failed ones
+    broken.refresh_from_db()
+    assert (broken.status, broken.error, broken.attempts) == ("pending", "", 0)
+    assert list(QueuedBatch.objects.values_list("batch_id", "failed", "attempts")) == [
+        (broken.pk, False, 0)
+    ]
+    assert ingest_health(now=NOW).pending == 1
+    assert process().claimed == 1  # taken again (and, still undecodable, set aside again)
+    assert IngestBatch.objects.get(pk=good.pk).status == "processed"
+
+
+def test_the_queue_holds_exactly_the_unprocessed_batches(node, post):
+    """Stored pending, a batch is queued by the statement that stores it; processed, its
+    queue row goes in the same transaction."""
+    for minute in range(5):
+        send(post, node, [window(node.gpus[0].nvml_uuid, at(minute))])
+    queued = set(QueuedBatch.objects.values_list("batch_id", "received_at"))
+    assert queued == set(IngestBatch.objects.values_list("id", "received_at"))
+    assert process().processed == 5
+    assert not QueuedBatch.objects.exists()
+    assert set(IngestBatch.objects.values_list("status", flat=True)) == {"processed"}
