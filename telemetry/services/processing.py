@@ -309,13 +309,16 @@ class _Work:
 
 
 # Pending batches, oldest first, from the queue's own index; only the queue rows are locked
-# (the batch rows are written once, by the chunk that processes them).
+# (the batch rows are written once, by the chunk that processes them). The LIMIT keeps the
+# plan a walk of that index joined row by row: unlimited, a long queue is planned as a hash
+# join of every queued batch's row, bodies included, sorted, before the first is locked.
 _CLAIM = """
 SELECT b.id, b.node_id, b.body, b.received_at, b.signed_at, b.window_count, q.attempts
   FROM telemetry_queuedbatch q
   JOIN telemetry_ingestbatch b ON b.id = q.batch_id
  WHERE NOT q.failed {only}
  ORDER BY q.received_at, q.batch_id
+ LIMIT %s
    FOR UPDATE OF q SKIP LOCKED
 """
 _CLAIM_SUSPECT = """
@@ -346,7 +349,7 @@ def _claim(cursor: Any, *, batches: int, windows: int, only: list[int] | None) -
     try:
         named.execute(
             _CLAIM.format(only="AND q.batch_id = ANY(%s::bigint[])" if only is not None else ""),
-            [only] if only is not None else None,
+            [only, batches] if only is not None else [batches],
             binary=True,
         )
         count, page = 0, min(batches, 16)
