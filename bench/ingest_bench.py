@@ -98,21 +98,23 @@ def _store_backlog(
     from django.utils import timezone
 
     from telemetry.models import IngestBatch
+    from telemetry.testing import batches_stored
 
     now = timezone.now()
     rows, windows = [], 0
     for b in range(batches_per_node):
         for node in fleet:
             batch_id, body = _body(node, start + dt.timedelta(minutes=b * minutes), minutes)
-            rows.append(
+            rows.append((
                 IngestBatch(
-                    node=node.node, batch_id=batch_id, body=body, signed_at=now, received_at=now,
+                    node=node.node, batch_id=batch_id, signed_at=now, received_at=now,
                     body_sha256=hashlib.sha256(body).hexdigest(), window_count=minutes * len(node.gpus),  # noqa: E501
                     answer={},
-                )
-            )  # fmt: skip
+                ),
+                body,
+            ))  # fmt: skip
             windows += minutes * len(node.gpus)
-    IngestBatch.objects.bulk_create(rows, batch_size=500)
+    batches_stored(rows)
     return windows
 
 
@@ -122,7 +124,7 @@ def _reset() -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE telemetry_window, telemetry_ingestbatch, telemetry_queuedbatch, "
-            "telemetry_rejectedrecord, "
+            "telemetry_batchbody, telemetry_rejectedrecord, "
             "telemetry_telemetryevent, telemetry_gpustatetransition, telemetry_hourlyrollup, "
             "telemetry_nodestatus, telemetry_derivedwork"
         )
@@ -179,7 +181,10 @@ def _rows_of_backlog() -> list[tuple[Any, ...]]:
     gpu_ids = dict(Gpu.objects.values_list("nvml_uuid", "id"))
     rows = []
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id, node_id, body FROM telemetry_ingestbatch ORDER BY id")
+        cursor.execute(
+            "SELECT b.id, b.node_id, r.body FROM telemetry_ingestbatch b "
+            "JOIN telemetry_batchbody r ON r.batch_id = b.id ORDER BY b.id"
+        )
         for bid, node_id, body in cursor.fetchall():
             for w in batch_decode_gzip(bytes(body), limit=1 << 26).windows:
                 rows.append(_window_row(w, gpu_ids[w.gpu_uuid], node_id, bid))

@@ -53,7 +53,6 @@ class IngestBatchAdmin(BigTableAdmin[IngestBatch]):
     list_filter = ("status",)
     list_select_related = ("node",)
     raw_id_fields = ("node",)
-    exclude = ("body",)
     search_fields = ("=batch_id",)
     actions = ("requeue",)
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from fleet.models import Cluster, Gpu, GpuModel, LifecycleState, Node, Placement, Site
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature
-from telemetry.models import NodeCredential
+from telemetry.models import BatchBody, IngestBatch, NodeCredential
 from telemetry.schema import gzip_json
 
 BATCHES_PATH = "/api/v1/telemetry/batches"
@@ -195,3 +195,18 @@ def signed_batch(
 
 def minute(at: dt.datetime) -> dt.datetime:
     return at.replace(second=0, microsecond=0)
+
+
+def batches_stored(batches: list[tuple[IngestBatch, bytes]]) -> list[IngestBatch]:
+    """Stores (batch, body) pairs straight in PostgreSQL, as the endpoint would have (the
+    batch table's trigger queues the pending ones): for tests and benchmarks that need stored
+    batches whose task was never sent, or a backlog faster than the endpoint takes it."""
+    stored = IngestBatch.objects.bulk_create([batch for batch, _ in batches], batch_size=500)
+    BatchBody.objects.bulk_create(
+        [
+            BatchBody(batch=batch, body=body)
+            for batch, (_, body) in zip(stored, batches, strict=True)
+        ],
+        batch_size=500,
+    )
+    return stored

@@ -2,6 +2,7 @@
 
 from telemetry.models.credentials import BootstrapToken, NodeCredential
 from telemetry.models.ingest import (
+    BatchBody,
     BatchStatus,
     IngestBatch,
     IngestClaim,
@@ -18,6 +19,7 @@ from telemetry.models.series import (
 )
 
 __all__ = [
+    "BatchBody",
     "BatchStatus",
     "BootstrapToken",
     "GpuState",

@@ -20,12 +20,12 @@ class BatchStatus(models.TextChoices):
 
 
 class IngestBatch(models.Model):
-    """One agent batch, stored raw (gzipped, as signed) before the agent gets its answer."""
+    """One agent batch, stored before the agent gets its answer; its body as received is a
+    ``BatchBody`` beside it."""
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="+")
     batch_id = models.UUIDField(help_text="The agent's Idempotency-Key.")
     body_sha256 = models.CharField(max_length=64)
-    body = models.BinaryField(help_text="gzip(JSON) exactly as received; emptied by retention.")
     schema = models.PositiveSmallIntegerField(default=1)
     status = models.CharField(
         max_length=10, choices=BatchStatus.choices, default=BatchStatus.PENDING
@@ -60,7 +60,8 @@ class IngestBatch(models.Model):
         # No index names a column the worker writes (status, counts, who, when), and the
         # table keeps half of each page free (fillfactor 50, migration 0006): marking a batch
         # processed is then a HOT update, with no index entry written. The queue of pending
-        # batches is QueuedBatch.
+        # batches is QueuedBatch; the bodies are BatchBody, so the rows kept twice (old and
+        # new version on one page) are a few hundred bytes, not the whole batch.
         indexes: ClassVar = [
             models.Index(fields=["node", "received_at"], name="telemetry_batch_node_recv"),
         ]
@@ -72,6 +73,20 @@ class IngestBatch(models.Model):
     def clock_skew_s(self) -> float:
         """Node clock minus server clock at receipt; positive means the node runs ahead."""
         return (self.signed_at - self.received_at).total_seconds()
+
+
+class BatchBody(models.Model):
+    """A batch's body exactly as received (gzip(JSON), as signed), written with the batch in
+    the same statement and deleted with it by retention. Apart from the batch's row, which
+    the worker rewrites once, so that rewrite does not copy the body."""
+
+    batch = models.OneToOneField(
+        IngestBatch, on_delete=models.CASCADE, primary_key=True, related_name="raw"
+    )
+    body = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"body of batch {self.batch_id}"
 
 
 class QueuedBatch(models.Model):

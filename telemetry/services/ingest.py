@@ -67,13 +67,16 @@ def batch_receive(
             WITH lock AS (SELECT pg_try_advisory_xact_lock(%s) AS locked),
             stored AS (
                 INSERT INTO telemetry_ingestbatch
-                    (node_id, batch_id, body_sha256, body, schema, status, received_at,
+                    (node_id, batch_id, body_sha256, schema, status, received_at,
                      signed_at, window_count, event_count, attempts, answer, accepted_windows,
                      accepted_events, rejected_count, claimed_by, error)
-                SELECT %s, %s, %s, %s, 1, 'pending', %s, %s, %s, %s, 0, %s, 0, 0, 0, '', ''
+                SELECT %s, %s, %s, 1, 'pending', %s, %s, %s, %s, 0, %s, 0, 0, 0, '', ''
                   FROM lock WHERE lock.locked
                 ON CONFLICT (node_id, batch_id) DO NOTHING
                 RETURNING id
+            ),
+            raw AS (
+                INSERT INTO telemetry_batchbody (batch_id, body) SELECT id, %s FROM stored
             )
             SELECT lock.locked, EXISTS (SELECT FROM stored) FROM lock
             """,
@@ -82,12 +85,12 @@ def batch_receive(
                 node_id,
                 batch_id,
                 body_sha256,
-                body,
                 received_at,
                 signed_at,
                 window_count,
                 event_count,
                 json.dumps(answer),
+                body,
             ],
         )
         locked, inserted = cursor.fetchone() or (False, False)

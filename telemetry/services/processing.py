@@ -313,18 +313,20 @@ class _Work:
 # plan a walk of that index joined row by row: unlimited, a long queue is planned as a hash
 # join of every queued batch's row, bodies included, sorted, before the first is locked.
 _CLAIM = """
-SELECT b.id, b.node_id, b.body, b.received_at, b.signed_at, b.window_count, q.attempts
+SELECT b.id, b.node_id, r.body, b.received_at, b.signed_at, b.window_count, q.attempts
   FROM telemetry_queuedbatch q
   JOIN telemetry_ingestbatch b ON b.id = q.batch_id
+  JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
  WHERE NOT q.failed {only}
  ORDER BY q.received_at, q.batch_id
  LIMIT %s
    FOR UPDATE OF q SKIP LOCKED
 """
 _CLAIM_SUSPECT = """
-SELECT b.id, b.node_id, b.body, b.received_at, b.signed_at, b.window_count, q.attempts
+SELECT b.id, b.node_id, r.body, b.received_at, b.signed_at, b.window_count, q.attempts
   FROM telemetry_queuedbatch q
   JOIN telemetry_ingestbatch b ON b.id = q.batch_id
+  JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
  WHERE NOT q.failed AND q.attempts > 0
  ORDER BY q.received_at, q.batch_id
  LIMIT 1

@@ -99,11 +99,17 @@ def partitions_maintain(*, now: dt.datetime) -> tuple[list[dt.date], list[dt.dat
 
 
 def batches_purge(*, now: dt.datetime) -> int:
-    """Deletes processed raw batches (and their rejections) past batch retention."""
+    """Deletes processed raw batches (with their bodies and rejections) past batch retention,
+    in one transaction."""
     cutoff = now - dt.timedelta(days=settings.TELEMETRY_BATCH_RETENTION_DAYS)
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             "DELETE FROM telemetry_rejectedrecord WHERE batch_id IN (SELECT id FROM "
+            "telemetry_ingestbatch WHERE status = 'processed' AND received_at < %s)",
+            [cutoff],
+        )
+        cursor.execute(
+            "DELETE FROM telemetry_batchbody WHERE batch_id IN (SELECT id FROM "
             "telemetry_ingestbatch WHERE status = 'processed' AND received_at < %s)",
             [cutoff],
         )

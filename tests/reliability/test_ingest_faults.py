@@ -29,6 +29,7 @@ from telemetry.tasks import batches_sweep
 from telemetry.testing import (
     BATCHES_PATH,
     batch_document,
+    batches_stored,
     fleet_node,
     minute,
     signed_batch,
@@ -183,10 +184,11 @@ def test_a_worker_killed_mid_batch_loses_nothing(celery_worker, settings):
     node = fleet_node(gpus=8)
     documents, expected = make_documents(node, 300, per_batch=40)
     now = timezone.now()
-    IngestBatch.objects.bulk_create(
+    batches_stored(
         [
-            IngestBatch(node=node.node, batch_id=d["batch_id"], body=signed_batch(node, d)[0],
-                        body_sha256="-", signed_at=now, received_at=now, window_count=40, answer={})
+            (IngestBatch(node=node.node, batch_id=d["batch_id"], body_sha256="-", signed_at=now,
+                         received_at=now, window_count=40, answer={}),
+             signed_batch(node, d)[0])
             for d in documents
         ]
     )  # fmt: skip

@@ -39,7 +39,7 @@ def test_a_signed_batch_is_stored_raw_and_acknowledged_202(node, post):
         document["batch_id"],
         "pending",
     )
-    assert json.loads(gzip.decompress(bytes(stored.body))) == document
+    assert json.loads(gzip.decompress(bytes(stored.raw.body))) == document
     assert stored.window_count == 1
     assert stored.signed_at == NOW.replace(microsecond=0)
 

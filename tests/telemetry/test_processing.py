@@ -22,7 +22,7 @@ from telemetry.models import (
 )
 from telemetry.services.derived import derived_drain, rollups_rebuild
 from telemetry.services.processing import batches_process
-from telemetry.testing import batch_document, event, window
+from telemetry.testing import batch_document, batches_stored, event, window
 from tests.telemetry.conftest import NOW
 
 pytestmark = pytest.mark.usefixtures("now")
@@ -132,12 +132,12 @@ def test_the_worker_stores_each_window_as_a_plain_copy_of_its_row_would(node, po
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {columns} FROM telemetry_window ORDER BY gpu_id, window_start")  # noqa: S608
         stored = cursor.fetchall()
-        batch = IngestBatch.objects.get()
+        batch = IngestBatch.objects.select_related("raw").get()
         ids = {g.nvml_uuid: g.id for g in node.gpus}
         cursor.execute("CREATE TEMP TABLE plain_copy (LIKE telemetry_window)")
         with cursor.cursor.copy(f"COPY plain_copy ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(WINDOW_TYPES)
-            for w in batch_decode_gzip(bytes(batch.body), limit=1 << 20).windows:
+            for w in batch_decode_gzip(bytes(batch.raw.body), limit=1 << 20).windows:
                 copy.write_row(_window_row(w, ids[w.gpu_uuid], node.id, batch.pk))
         cursor.execute(f"SELECT {columns} FROM plain_copy ORDER BY gpu_id, window_start")  # noqa: S608
         plain = cursor.fetchall()
@@ -452,10 +452,11 @@ def test_a_set_aside_batch_is_counted_until_an_operator_requeues_it(node, post):
 
     send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
     good = IngestBatch.objects.get()
-    broken = IngestBatch.objects.create(
-        node=node.node, batch_id="018f0000-0000-7000-8000-0000000000ff", body_sha256="0" * 64,
-        body=b"not gzip", signed_at=NOW, received_at=NOW, answer={},
-    )  # fmt: skip
+    (broken,) = batches_stored([(
+        IngestBatch(node=node.node, batch_id="018f0000-0000-7000-8000-0000000000ff",
+                    body_sha256="0" * 64, signed_at=NOW, received_at=NOW, answer={}),
+        b"not gzip",
+    )])  # fmt: skip
     assert set(QueuedBatch.objects.values_list("batch_id", "failed")) == {
         (good.pk, False),
         (broken.pk, False),

@@ -13,7 +13,15 @@ from django.utils import timezone
 from telemetry.models import HourlyRollup, IngestBatch, TelemetryWindow
 from telemetry.selectors import derived_pending
 from telemetry.tasks import batches_sweep
-from telemetry.testing import BATCHES_PATH, batch_document, fleet_node, minute, signed_batch, window
+from telemetry.testing import (
+    BATCHES_PATH,
+    batch_document,
+    batches_stored,
+    fleet_node,
+    minute,
+    signed_batch,
+    window,
+)
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -50,24 +58,25 @@ def test_a_committed_batch_is_processed_by_a_real_worker(celery_worker):
 
 def test_the_sweep_requeues_batches_whose_task_redis_lost(celery_worker, settings):
     node = fleet_node(gpus=1)
-    IngestBatch.objects.create(
+    body = signed_batch(
+        node,
+        batch_document(
+            node=node,
+            windows=[
+                window(node.gpus[0].nvml_uuid, minute(timezone.now()) - dt.timedelta(hours=2))
+            ],
+        ),
+    )[0]
+    batch = IngestBatch(
         node=node.node,
         batch_id=batch_document(node=node, windows=[])["batch_id"],
         body_sha256="0" * 64,
-        body=signed_batch(
-            node,
-            batch_document(
-                node=node,
-                windows=[
-                    window(node.gpus[0].nvml_uuid, minute(timezone.now()) - dt.timedelta(hours=2))
-                ],
-            ),
-        )[0],
         signed_at=timezone.now(),
         received_at=timezone.now() - dt.timedelta(hours=1),
         window_count=1,
         answer={},
-    )  # stored, but its task never queued
+    )
+    batches_stored([(batch, body)])  # stored, but its task never queued
     settings.TELEMETRY_SWEEP_AFTER_S = 60
     assert batches_sweep() == 1
     assert wait_for(lambda: IngestBatch.objects.get().status == "processed")
