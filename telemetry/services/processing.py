@@ -156,19 +156,25 @@ def _chunk_guarded(
 
 
 def _batch_fail(*, batch_id: int, worker: str, error: str) -> None:
+    """Sets a batch aside with its error, unless another worker holds it by now (it then
+    processes it, or fails it itself)."""
     with transaction.atomic():
         connection.cursor().execute(
             """
-            WITH failed AS (
+            WITH held AS (
+                SELECT batch_id FROM telemetry_queuedbatch
+                 WHERE batch_id = %s AND NOT failed
+                   FOR UPDATE SKIP LOCKED
+            ), failed AS (
                 UPDATE telemetry_ingestbatch
                    SET status = 'failed', error = %s, processed_at = now(), claimed_by = %s
-                 WHERE id = %s AND status = 'pending'
+                 WHERE id IN (SELECT batch_id FROM held) AND status = 'pending'
              RETURNING id
             )
             UPDATE telemetry_queuedbatch SET failed = true
              WHERE batch_id IN (SELECT id FROM failed)
             """,
-            [error[:2000], worker, batch_id],
+            [batch_id, error[:2000], worker],
         )
 
 

@@ -495,3 +495,56 @@ def test_the_queue_holds_exactly_the_unprocessed_batches(node, post):
     assert process().processed == 5
     assert not QueuedBatch.objects.exists()
     assert set(IngestBatch.objects.values_list("status", flat=True)) == {"processed"}
+
+
+def test_a_chunk_that_fails_is_retried_batch_by_batch_and_the_bad_one_set_aside(
+    node, post, monkeypatch
+):
+    """A bug or a bad row fails the chunk's transaction: its batches are retried one by one,
+    the one that fails again is set aside with its error, and the others are processed."""
+    import telemetry.services.processing as processing
+
+    for minute in range(3):
+        send(post, node, [window(node.gpus[0].nvml_uuid, at(minute))])
+    _, poison, _ = IngestBatch.objects.order_by("id")
+    validate = processing._validate
+
+    def failing(loaded, *args, **kwargs):
+        if any(item.id == poison.pk for item in loaded):
+            raise ValueError("a row this worker cannot build")
+        return validate(loaded, *args, **kwargs)
+
+    monkeypatch.setattr(processing, "_validate", failing)
+    result = batches_process(worker="test-worker")
+    assert (result.claimed, result.processed, result.failed, result.windows) == (3, 2, 1, 2)
+    poison.refresh_from_db()
+    assert (poison.status, poison.claimed_by) == ("failed", "test-worker")
+    assert poison.error == "ValueError: a row this worker cannot build"
+    assert list(QueuedBatch.objects.values_list("batch_id", "failed")) == [(poison.pk, True)]
+    assert set(IngestBatch.objects.exclude(pk=poison.pk).values_list("status", flat=True)) == {
+        "processed"
+    }
+    assert TelemetryWindow.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_queued_passes")  # the session's real worker must not take it
+def test_a_failing_worker_does_not_set_aside_a_batch_another_worker_holds(node, post, settings):
+    import psycopg
+
+    from telemetry.services.processing import _batch_fail
+    from tests.conftest import database_url
+
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
+    batch = IngestBatch.objects.get()
+    with psycopg.connect(database_url(settings.DATABASES["default"])) as other:
+        other.execute(
+            "SELECT 1 FROM telemetry_queuedbatch WHERE batch_id = %s FOR UPDATE", [batch.pk]
+        )
+        _batch_fail(batch_id=batch.pk, worker="a", error="boom")
+    batch.refresh_from_db()
+    assert (batch.status, batch.error) == ("pending", "")
+    assert list(QueuedBatch.objects.values_list("batch_id", "failed")) == [(batch.pk, False)]
+    _batch_fail(batch_id=batch.pk, worker="a", error="boom")  # nobody holds it now
+    batch.refresh_from_db()
+    assert (batch.status, batch.error) == ("failed", "boom")
