@@ -6,7 +6,13 @@ import datetime as dt
 
 import pytest
 
-from telemetry.models import GpuStateTransition, IngestBatch, NodeStatus
+from telemetry.models import (
+    BatchBody,
+    GpuStateTransition,
+    IngestBatch,
+    NodeStatus,
+    QueuedBatch,
+)
 from telemetry.services import upkeep
 from telemetry.services.derived import derived_drain
 from telemetry.services.partitions import window_partitions
@@ -79,3 +85,7 @@ def test_processed_batches_are_purged_after_retention(node, post, settings):
     later = NOW + dt.timedelta(days=settings.TELEMETRY_BATCH_RETENTION_DAYS + 1)
     assert upkeep.batches_purge(now=later) == 1
     assert list(IngestBatch.objects.values_list("status", flat=True)) == ["pending"]
+    # The purged batch's body went with it; the pending one keeps its body and queue row.
+    (pending,) = IngestBatch.objects.all()
+    assert list(BatchBody.objects.values_list("batch_id", flat=True)) == [pending.pk]
+    assert list(QueuedBatch.objects.values_list("batch_id", flat=True)) == [pending.pk]
