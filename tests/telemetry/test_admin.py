@@ -75,3 +75,30 @@ def test_a_bootstrap_token_is_issued_from_the_console_and_shown_once(console, no
 def test_ingest_health_is_linked_from_the_telemetry_changelists(console, model):
     page = console.get(reverse(f"admin:telemetry_{model}_changelist")).content.decode()
     assert f'<a href="{reverse("admin:telemetry_ingest_health")}">Ingest health</a>' in page
+
+
+def test_the_batch_list_filters_by_status_through_the_queue(console, node, post):
+    """Pending and failed batches are found by their queue rows; processed ones by status."""
+    from telemetry.models import IngestBatch
+    from telemetry.testing import batches_stored
+
+    post(node, batch_document(node=node, windows=[]))
+    batches_process(worker="w")
+    post(node, batch_document(node=node, windows=[]))  # left pending
+    batches_stored([(
+        IngestBatch(node=node.node, batch_id="018f0000-0000-7000-8000-0000000000ee",
+                    body_sha256="0" * 64, signed_at=NOW, received_at=NOW, answer={}),
+        b"not gzip",
+    )])  # fmt: skip
+    batches_process(worker="w")  # the pending one is processed, the broken one set aside
+    post(node, batch_document(node=node, windows=[]))  # left pending
+    by_status = {
+        status: IngestBatch.objects.filter(status=status).values_list("pk", flat=True)
+        for status in ("pending", "processed", "failed")
+    }
+    assert [len(pks) for pks in by_status.values()] == [1, 2, 1]
+    url = reverse("admin:telemetry_ingestbatch_changelist")
+    for status, pks in by_status.items():
+        shown = console.get(url, {"status": status}).context["cl"].result_list
+        assert sorted(b.pk for b in shown) == sorted(pks), status
+    assert len(console.get(url).context["cl"].result_list) == 4
