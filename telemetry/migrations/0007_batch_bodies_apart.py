@@ -27,6 +27,14 @@ class Migration(migrations.Migration):
                 ("body", models.BinaryField()),
             ],
         ),
+        # Nullable first, so that going back re-adds the column before the bodies return.
+        migrations.AlterField(
+            model_name="ingestbatch",
+            name="body",
+            field=models.BinaryField(
+                null=True, help_text="gzip(JSON) exactly as received; emptied by retention."
+            ),
+        ),
         migrations.RunSQL(
             "INSERT INTO telemetry_batchbody (batch_id, body) "
             "SELECT id, body FROM telemetry_ingestbatch",
