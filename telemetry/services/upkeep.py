@@ -99,22 +99,25 @@ def partitions_maintain(*, now: dt.datetime) -> tuple[list[dt.date], list[dt.dat
 
 
 def batches_purge(*, now: dt.datetime) -> int:
-    """Deletes processed raw batches (with their bodies and rejections) past batch retention,
-    in one transaction."""
+    """Deletes processed raw batches (with their bodies and rejections) past batch retention:
+    one statement, so the batches past the cut-off are found once. Processed batches have no
+    queue row. The foreign keys are checked at commit, when the three deletes are done."""
     cutoff = now - dt.timedelta(days=settings.TELEMETRY_BATCH_RETENTION_DAYS)
-    with transaction.atomic(), connection.cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(
-            "DELETE FROM telemetry_rejectedrecord WHERE batch_id IN (SELECT id FROM "
-            "telemetry_ingestbatch WHERE status = 'processed' AND received_at < %s)",
+            """
+            WITH gone AS (
+                DELETE FROM telemetry_ingestbatch
+                 WHERE status = 'processed' AND received_at < %s
+             RETURNING id
+            ), bodies AS (
+                DELETE FROM telemetry_batchbody WHERE batch_id IN (SELECT id FROM gone)
+            ), rejections AS (
+                DELETE FROM telemetry_rejectedrecord WHERE batch_id IN (SELECT id FROM gone)
+            )
+            SELECT count(*) FROM gone
+            """,
             [cutoff],
         )
-        cursor.execute(
-            "DELETE FROM telemetry_batchbody WHERE batch_id IN (SELECT id FROM "
-            "telemetry_ingestbatch WHERE status = 'processed' AND received_at < %s)",
-            [cutoff],
-        )
-        cursor.execute(
-            "DELETE FROM telemetry_ingestbatch WHERE status = 'processed' AND received_at < %s",
-            [cutoff],
-        )
-        return int(cursor.rowcount)
+        (count,) = cursor.fetchone() or (0,)
+        return int(count)

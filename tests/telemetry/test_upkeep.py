@@ -12,6 +12,7 @@ from telemetry.models import (
     IngestBatch,
     NodeStatus,
     QueuedBatch,
+    RejectedRecord,
 )
 from telemetry.services import upkeep
 from telemetry.services.derived import derived_drain
@@ -79,8 +80,11 @@ def test_partitions_are_created_ahead_and_dropped_after_retention(db, settings):
 
 
 def test_processed_batches_are_purged_after_retention(node, post, settings):
-    post(node, batch_document(node=node, windows=[]))
+    # One window of a GPU not placed here: the purged batch has a rejection to take along.
+    stranger = window("GPU-stranger", NOW.replace(second=0) - dt.timedelta(minutes=3))
+    post(node, batch_document(node=node, windows=[stranger]))
     batches_process(worker="w")
+    assert RejectedRecord.objects.count() == 1
     post(node, batch_document(node=node, windows=[]))  # still pending: never purged
     later = NOW + dt.timedelta(days=settings.TELEMETRY_BATCH_RETENTION_DAYS + 1)
     assert upkeep.batches_purge(now=later) == 1
@@ -89,3 +93,4 @@ def test_processed_batches_are_purged_after_retention(node, post, settings):
     (pending,) = IngestBatch.objects.all()
     assert list(BatchBody.objects.values_list("batch_id", flat=True)) == [pending.pk]
     assert list(QueuedBatch.objects.values_list("batch_id", flat=True)) == [pending.pk]
+    assert not RejectedRecord.objects.exists()
