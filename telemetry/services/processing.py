@@ -318,11 +318,12 @@ class _Work:
 # (the batch rows are written once, by the chunk that processes them). The LIMIT keeps the
 # plan a walk of that index joined row by row: unlimited, a long queue is planned as a hash
 # join of every queued batch's row, bodies included, sorted, before the first is locked.
+# A batch stored without its body is still taken, and set aside for it, not left queued.
 _CLAIM = """
 SELECT b.id, b.node_id, r.body, b.received_at, b.signed_at, b.window_count, q.attempts
   FROM telemetry_queuedbatch q
   JOIN telemetry_ingestbatch b ON b.id = q.batch_id
-  JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
+  LEFT JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
  WHERE NOT q.failed {only}
  ORDER BY q.received_at, q.batch_id
  LIMIT %s
@@ -332,7 +333,7 @@ _CLAIM_SUSPECT = """
 SELECT b.id, b.node_id, r.body, b.received_at, b.signed_at, b.window_count, q.attempts
   FROM telemetry_queuedbatch q
   JOIN telemetry_ingestbatch b ON b.id = q.batch_id
-  JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
+  LEFT JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
  WHERE NOT q.failed AND q.attempts > 0
  ORDER BY q.received_at, q.batch_id
  LIMIT 1
@@ -381,6 +382,9 @@ def _decode(rows: list[Any]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
     loaded, broken = [], []
     limit = settings.TELEMETRY_MAX_INFLATED_BYTES
     for bid, node_id, body, received_at, signed_at, _, _ in rows:
+        if body is None:
+            broken.append((bid, "no body stored"))
+            continue
         try:
             batch = batch_decode_gzip(bytes(body), limit=limit, checked=True)
         except (SchemaError, Exception) as exc:

@@ -548,3 +548,16 @@ def test_a_failing_worker_does_not_set_aside_a_batch_another_worker_holds(node, 
     _batch_fail(batch_id=batch.pk, worker="a", error="boom")  # nobody holds it now
     batch.refresh_from_db()
     assert (batch.status, batch.error) == ("failed", "boom")
+
+
+def test_a_batch_stored_without_its_body_is_set_aside_not_left_queued(node, post):
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
+    bodiless = IngestBatch.objects.create(
+        node=node.node, batch_id="018f0000-0000-7000-8000-0000000000dd", body_sha256="0" * 64,
+        signed_at=NOW, received_at=NOW, answer={},
+    )  # fmt: skip
+    result = process()
+    assert (result.claimed, result.processed, result.failed) == (2, 1, 1)
+    bodiless.refresh_from_db()
+    assert (bodiless.status, bodiless.error) == ("failed", "no body stored")
+    assert list(QueuedBatch.objects.values_list("batch_id", "failed")) == [(bodiless.pk, True)]
