@@ -8,12 +8,24 @@ import uuid
 from dataclasses import dataclass, field
 
 from django.db import connection
+from django.db.models import QuerySet
 
-from telemetry.models import NodeCredential, NodeStatus, RejectedRecord
+from telemetry.models import BatchStatus, IngestBatch, NodeCredential, NodeStatus, RejectedRecord
 from telemetry.services.derived import LOOKAROUND
 
 # The health view counts waiting marks up to this many (a catch-up can leave millions).
 DERIVED_COUNT_CAP = 100_000
+
+
+def batches_with_status(batches: QuerySet[IngestBatch], status: str) -> QuerySet[IngestBatch]:
+    """The batches of ``batches`` in ``status``. Pending and failed ones are found through
+    their queue rows (a small table with its own index): no index covers ``status`` on the
+    batch table, which is what keeps the worker's update of it HOT."""
+    if status == BatchStatus.PENDING:
+        return batches.filter(queued__failed=False)
+    if status == BatchStatus.FAILED:
+        return batches.filter(queued__failed=True)
+    return batches.filter(status=status)
 
 
 @dataclass(frozen=True)

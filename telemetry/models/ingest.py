@@ -97,7 +97,9 @@ class QueuedBatch(models.Model):
     an operator). Every batch stored as pending or failed gets its row in the same statement
     (a trigger, migration 0006); the worker deletes it in the transaction that marks the batch
     processed. Kept apart from IngestBatch so that the queue's indexes are small and marking
-    a batch processed writes no index entry of the wide batch table."""
+    a batch processed writes no index entry of the wide batch table. ``received_at`` and
+    ``attempts`` are copies of the batch's (the queue's indexes need them here); the reaper
+    writes both copies, and the batch's stays as the record once the queue row is gone."""
 
     batch = models.OneToOneField(
         IngestBatch, on_delete=models.CASCADE, primary_key=True, related_name="queued"
