@@ -111,3 +111,17 @@ def no_queued_passes(monkeypatch: pytest.MonkeyPatch) -> Any:
             return
         time.sleep(0.1)
     raise AssertionError("a derived pass queued by an earlier test never finished")
+
+
+def undecodable_batch_stored(node: FakeNode) -> Any:
+    """A pending batch whose body is not gzip, stored as the endpoint stores a batch (no
+    endpoint would accept it: a worker meeting one sets it aside)."""
+    from telemetry.models import IngestBatch
+    from telemetry.testing import batches_stored, uuid7
+
+    (batch,) = batches_stored([(
+        IngestBatch(node=node.node, batch_id=uuid7(), body_sha256="0" * 64, signed_at=NOW,
+                    received_at=NOW, answer={}),
+        b"not gzip",
+    )])  # fmt: skip
+    return batch

@@ -11,7 +11,7 @@ from telemetry.models import BootstrapToken
 from telemetry.services.processing import batches_process
 from telemetry.testing import batch_document, window
 from tests.accounts.two_factor import console_login
-from tests.telemetry.conftest import NOW
+from tests.telemetry.conftest import NOW, undecodable_batch_stored
 
 pytestmark = pytest.mark.usefixtures("now")
 
@@ -80,16 +80,11 @@ def test_ingest_health_is_linked_from_the_telemetry_changelists(console, model):
 def test_the_batch_list_filters_by_status_through_the_queue(console, node, post):
     """Pending and failed batches are found by their queue rows; processed ones by status."""
     from telemetry.models import IngestBatch
-    from telemetry.testing import batches_stored
 
     post(node, batch_document(node=node, windows=[]))
     batches_process(worker="w")
     post(node, batch_document(node=node, windows=[]))  # left pending
-    batches_stored([(
-        IngestBatch(node=node.node, batch_id="018f0000-0000-7000-8000-0000000000ee",
-                    body_sha256="0" * 64, signed_at=NOW, received_at=NOW, answer={}),
-        b"not gzip",
-    )])  # fmt: skip
+    undecodable_batch_stored(node)
     batches_process(worker="w")  # the pending one is processed, the broken one set aside
     post(node, batch_document(node=node, windows=[]))  # left pending
     by_status = {

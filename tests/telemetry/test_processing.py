@@ -22,8 +22,8 @@ from telemetry.models import (
 )
 from telemetry.services.derived import derived_drain, rollups_rebuild
 from telemetry.services.processing import batches_process
-from telemetry.testing import batch_document, batches_stored, event, window
-from tests.telemetry.conftest import NOW
+from telemetry.testing import batch_document, event, window
+from tests.telemetry.conftest import NOW, undecodable_batch_stored
 
 pytestmark = pytest.mark.usefixtures("now")
 T0 = dt.datetime(2026, 11, 21, 9, 0, tzinfo=dt.UTC)
@@ -452,11 +452,7 @@ def test_a_set_aside_batch_is_counted_until_an_operator_requeues_it(node, post):
 
     send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
     good = IngestBatch.objects.get()
-    (broken,) = batches_stored([(
-        IngestBatch(node=node.node, batch_id="018f0000-0000-7000-8000-0000000000ff",
-                    body_sha256="0" * 64, signed_at=NOW, received_at=NOW, answer={}),
-        b"not gzip",
-    )])  # fmt: skip
+    broken = undecodable_batch_stored(node)
     assert set(QueuedBatch.objects.values_list("batch_id", "failed")) == {
         (good.pk, False),
         (broken.pk, False),
