@@ -186,6 +186,8 @@ def batch_decode(raw: bytes, *, checked: bool = False) -> Batch:
         raise SchemaError(f"The body is not valid JSON: {exc}.") from None
     if checked:
         return batch
+    if b"\\u0000" in raw:  # rare: only then is every string looked at
+        _nul_refuse(raw)
     for index, window in enumerate(batch.windows):
         start = window.window_start
         if start.second or start.microsecond:
@@ -204,6 +206,45 @@ def batch_decode_gzip(body: bytes, *, limit: int, checked: bool = False) -> Batc
 def gzip_json(document: Any) -> bytes:
     """gzip(JSON) the way agents send it (tests, benchmarks)."""
     return gzip.compress(msgspec.json.encode(document), compresslevel=6, mtime=0)
+
+
+def _nul_refuse(raw: bytes) -> None:
+    """Raises SchemaError at the first string (or key) holding a NUL character: PostgreSQL's
+    text and jsonb cannot store one, so such a batch would be accepted here and then fail in
+    the worker as a whole. Found by the escape, the rare case; an escaped backslash before
+    ``u0000`` is not one, so the decoded strings decide."""
+    document = msgspec.json.decode(raw)
+    path = _nul_path(document, "")
+    if path is None:
+        return
+    window = None
+    found = _WINDOW.match(path)
+    if found:
+        index = int(found.group("index"))
+        item = document["windows"][index]
+        window = _window_ref(index, item.get("gpu_uuid"), item.get("window_start"))
+    raise SchemaError(
+        "Text must not contain the NUL character (\\u0000).", field=path, window=window
+    )
+
+
+def _nul_path(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else key
+            if "\x00" in key:
+                return here
+            found = _nul_path(item, here)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _nul_path(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _window_ref(index: int, gpu_uuid: object, window_start: object) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from telemetry.models import IngestBatch, NodeCredential
-from telemetry.testing import batch_document, fleet_node, signed_batch, uuid7, window
+from telemetry.testing import batch_document, event, fleet_node, signed_batch, uuid7, window
 from tests.telemetry.conftest import NOW
 
 pytestmark = pytest.mark.usefixtures("now")
@@ -196,6 +196,44 @@ def test_nan_is_refused(node, post):
     assert not IngestBatch.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("where", "field", "in_window"),
+    [
+        ("state_reason", "windows[0].state_reason", True),
+        ("gpu_uuid", "windows[0].gpu_uuid", True),
+        ("agent", "agent.version", False),
+        ("event", "events[0].detail.note", False),
+        ("event_key", "events[0].detail.a\x00b", False),
+    ],
+)
+def test_a_nul_character_in_any_text_is_422_and_stores_nothing(node, post, where, field, in_window):
+    """PostgreSQL stores no NUL in text or jsonb: accepted, the batch would fail as a whole."""
+    document = doc_for(node)
+    if where == "state_reason":
+        document["windows"][0]["state_reason"] = "thermal\x00"
+    elif where == "gpu_uuid":
+        document["windows"][0]["gpu_uuid"] = node.gpus[0].nvml_uuid + "\x00"
+    elif where == "agent":
+        document["agent"]["version"] = "1.0\x00"
+    else:
+        detail = {"note": "a\x00b"} if where == "event" else {"a\x00b": 1}
+        document["events"] = [event("xid", START, gpu_uuid=node.gpus[0].nvml_uuid, detail=detail)]
+    response = post(node, document)
+    assert response.status_code == 422
+    answer = response.json()
+    assert (answer["error"], answer["field"]) == ("invalid_batch", field)
+    assert "NUL" in answer["detail"]
+    if in_window:
+        assert answer["window"]["index"] == 0
+    assert not IngestBatch.objects.exists()
+
+
+def test_an_escaped_backslash_before_u0000_is_plain_text(node, post):
+    document = doc_for(node, state_reason="C:\\u0000")  # the six characters \u0000, no NUL
+    assert post(node, document).status_code == 202
+    assert IngestBatch.objects.count() == 1
+
+
 def test_batch_id_must_match_the_idempotency_key(node, post):
     document = doc_for(node)
     response = post(node, document, headers={"Idempotency-Key": str(uuid7())})
@@ -205,3 +243,4 @@ def test_batch_id_must_match_the_idempotency_key(node, post):
 def test_gzip_is_required(node, post):
     response = post(node, doc_for(node), headers={"Content-Encoding": "identity"})
     assert response.status_code == 415
+
