@@ -5,11 +5,20 @@ at most one task of each kind waits in the queue at a time: a kick queues one on
 set a short-lived Redis flag, and the task clears the flag as it starts (so work committed
 after that start queues the next one). Losing the flag or the task (Redis flushed) loses
 nothing: batches stay pending and marks stay in PostgreSQL, and beat's sweeps re-queue them.
+So a kick that finds Redis down logs it and returns: the batch or the chunk it follows is
+committed, and an error here would only turn an agent's 202 into a 500 (and its retry into a
+replay) or send a committed chunk down the worker's failure path.
 """
 
 from __future__ import annotations
 
+import logging
+
 from django.core.cache import cache
+from kombu.exceptions import OperationalError as BrokerError
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
 
 KICK_KEY = "telemetry:processing-queued"
 DERIVED_KICK_KEY = "telemetry:derived-queued"
@@ -20,8 +29,11 @@ def processing_kick() -> None:
     """Queue a processing task unless one is already waiting. Call on commit."""
     from telemetry.tasks import batches_process
 
-    if cache.add(KICK_KEY, 1, timeout=KICK_TTL_S):
-        batches_process.delay()
+    try:
+        if cache.add(KICK_KEY, 1, timeout=KICK_TTL_S):
+            batches_process.delay()
+    except (RedisError, BrokerError) as exc:
+        log.warning("processing not queued (Redis down: %s); beat's sweep re-queues it", exc)
 
 
 def processing_started() -> None:
@@ -33,8 +45,11 @@ def derived_kick(*, countdown: float = 0.0) -> None:
     """Queue a derived pass unless one is already waiting. Call after marks are committed."""
     from telemetry.tasks import derived_process
 
-    if cache.add(DERIVED_KICK_KEY, 1, timeout=KICK_TTL_S + int(countdown)):
-        derived_process.apply_async(countdown=countdown)
+    try:
+        if cache.add(DERIVED_KICK_KEY, 1, timeout=KICK_TTL_S + int(countdown)):
+            derived_process.apply_async(countdown=countdown)
+    except (RedisError, BrokerError) as exc:
+        log.warning("derived pass not queued (Redis down: %s); beat's sweep re-queues it", exc)
 
 
 def derived_started() -> None:

@@ -557,3 +557,22 @@ def test_a_batch_stored_without_its_body_is_set_aside_not_left_queued(node, post
     bodiless.refresh_from_db()
     assert (bodiless.status, bodiless.error) == ("failed", "no body stored")
     assert list(QueuedBatch.objects.values_list("batch_id", "failed")) == [(bodiless.pk, True)]
+
+
+def test_a_chunk_commits_as_usual_while_redis_is_down(
+    node, post, settings, django_capture_on_commit_callbacks, caplog
+):
+    """The derived pass's kick after a chunk's commit finds no Redis: the chunk stays done,
+    not retried batch by batch, and its marks wait for the sweep."""
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
+    settings.CACHES = {
+        "default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:9/0"}
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        result = batches_process(worker="test-worker")
+    assert (result.processed, result.failed, result.windows) == (1, 0, 1)
+    assert "derived pass not queued (Redis down" in caplog.text
+    assert IngestBatch.objects.get().status == "processed"
+    assert TelemetryWindow.objects.count() == 1
+    derived_drain(limit=1000)
+    assert HourlyRollup.objects.get().windows == 1
