@@ -35,7 +35,7 @@ class IngestHealth:
     failed: int
     oldest_pending_at: dt.datetime | None
     lag_s: float
-    stale_nodes: list[NodeStatus]
+    stale_nodes: list[NodeStatus]  # the most recently stale ones, at most ``nodes`` of them
     nodes: list[NodeStatus]
     recent_rejections: list[RejectedRecord]
     rejections_by_reason: list[tuple[str, int]]
@@ -46,6 +46,7 @@ class IngestHealth:
     workers: list[tuple[str, int, dt.datetime]] = field(default_factory=list)
     # Claims of workers lost mid-chunk, not yet reaped (the next claim counts their attempts).
     abandoned_claims: int = 0
+    stale_count: int = 0  # every stale node, however many are listed
 
 
 def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) -> IngestHealth:
@@ -80,6 +81,9 @@ def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) ->
         (derived,) = cursor.fetchone() or (0,)
         cursor.execute("SELECT min(marked_at) FROM telemetry_derivedwork")
         (derived_oldest,) = cursor.fetchone() or (None,)
+        # One row per node (~12,500 for 100k GPUs): counted whole, not as the list's length.
+        cursor.execute("SELECT count(*) FROM telemetry_nodestatus WHERE stale")
+        (stale_count,) = cursor.fetchone() or (0,)
     return IngestHealth(
         pending=int(pending),
         in_flight=sum(n for _, n, _ in workers),
@@ -102,6 +106,7 @@ def ingest_health(*, now: dt.datetime, nodes: int = 50, rejections: int = 50) ->
         derived_lag_s=(now - derived_oldest).total_seconds() if derived_oldest else 0.0,
         workers=workers,
         abandoned_claims=len(abandoned),
+        stale_count=int(stale_count),
     )
 
 

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from telemetry.models import BootstrapToken
 from telemetry.services.processing import batches_process
-from telemetry.testing import batch_document, window
+from telemetry.testing import batch_document, fleet_node, window
 from tests.accounts.two_factor import console_login
 from tests.telemetry.conftest import NOW, undecodable_batch_stored
 
@@ -41,6 +41,29 @@ def test_ingest_health_shows_queue_nodes_and_rejections(console, node, post):
     assert health.rejections_by_reason == [("not_placed", 1)]
     assert [s.node_id for s in health.nodes] == [node.id]
     assert b"GPU-stranger" in response.content
+
+
+def test_stale_nodes_are_counted_all_and_listed_up_to_the_limit(console, db):
+    """A mass outage must read as its real size, not as the length of the list shown."""
+    from telemetry.models import NodeStatus
+    from telemetry.selectors import ingest_health
+
+    for minutes in range(3):
+        NodeStatus.objects.create(
+            node=fleet_node(gpus=0).node,
+            last_seen_at=NOW - dt.timedelta(minutes=10 + minutes),
+            stale=True,
+            stale_since=NOW - dt.timedelta(minutes=7 + minutes),
+        )
+    NodeStatus.objects.create(node=fleet_node(gpus=0).node, last_seen_at=NOW)  # fresh
+    health = ingest_health(now=NOW, nodes=2)
+    assert health.stale_count == 3
+    assert [s.stale_since for s in health.stale_nodes] == [
+        NOW - dt.timedelta(minutes=7),
+        NOW - dt.timedelta(minutes=8),
+    ]
+    page = console.get(reverse("admin:telemetry_ingest_health")).content.decode()
+    assert "Stale nodes (3)" in page
 
 
 @pytest.mark.parametrize(
