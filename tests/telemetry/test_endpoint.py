@@ -5,11 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import uuid
 
+import psycopg
 import pytest
 
 from telemetry.models import IngestBatch, NodeCredential
+from telemetry.services.ingest import _key_lock_id
 from telemetry.testing import batch_document, event, fleet_node, signed_batch, uuid7, window
+from tests.conftest import database_url
 from tests.telemetry.conftest import NOW
 
 pytestmark = pytest.mark.usefixtures("now")
@@ -68,6 +72,21 @@ def test_the_same_key_with_another_body_is_422(node, post):
     assert response.status_code == 422
     assert response.json()["error"] == "idempotency_key_reused"
     assert IngestBatch.objects.count() == 1
+
+
+def test_a_key_still_being_stored_is_409_with_retry_after(node, post, settings):
+    """Another request holds the key's lock (its insert not yet committed): this one is told
+    to retry, and stores nothing."""
+    document = doc_for(node)
+    lock = _key_lock_id(node.id, uuid.UUID(document["batch_id"]))
+    with psycopg.connect(database_url(settings.DATABASES["default"])) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [lock])
+        response = post(node, document)
+    assert response.status_code == 409
+    assert response.json()["error"] == "in_progress"
+    assert response["Retry-After"] == "1"
+    assert not IngestBatch.objects.exists()
+    assert post(node, document).status_code == 202  # the lock gone, the retry is stored
 
 
 def test_keys_are_per_node(node, post):
