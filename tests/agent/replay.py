@@ -4,7 +4,7 @@ Each function gives back what the real one answered, call after call, in the rec
 (per function and arguments), and repeats its last answer once the recording runs out.
 Structs come back as objects with the recorded fields, errors as the real ``pynvml`` error
 for the recorded code, handles as pointers. Constants and classes are ``pynvml``'s own.
-The recording of a real H100 kept in ``fixtures/h100`` is read here too.
+The recordings of real cards kept in ``fixtures/`` (one folder per card) are read here too.
 """
 
 from __future__ import annotations
@@ -21,30 +21,30 @@ import pynvml
 
 from telemetry.agent.node import handle_key
 
-H100 = Path(__file__).parent / "fixtures" / "h100"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _jsonl(name: str) -> list[dict[str, Any]]:
-    with (H100 / name).open() as f:
+def _jsonl(card: str, name: str) -> list[dict[str, Any]]:
+    with (FIXTURES / card / name).open() as f:
         return [json.loads(line) for line in f]
 
 
 @cache
-def h100_calls() -> list[dict[str, Any]]:
-    """Every NVML call the agent made on the real H100, in order."""
-    return _jsonl("calls.jsonl")
+def recorded_calls(card: str) -> list[dict[str, Any]]:
+    """Every NVML call the agent made on the real card, in order."""
+    return _jsonl(card, "calls.jsonl")
 
 
 @cache
-def h100_batches() -> list[dict[str, Any]]:
-    """The batches the agent sent from the real H100."""
-    return _jsonl("batches.jsonl")
+def recorded_batches(card: str) -> list[dict[str, Any]]:
+    """The batches the agent sent from the real card."""
+    return _jsonl(card, "batches.jsonl")
 
 
 @cache
-def h100_memory() -> dict[str, Any]:
+def recorded_memory(card: str) -> dict[str, Any]:
     """v1 and v2 memory answers, idle and with 1 GiB held (``nvml_capture.py --memory``)."""
-    return json.loads((H100 / "memory.json").read_text())  # type: ignore[no-any-return]
+    return json.loads((FIXTURES / card / "memory.json").read_text())  # type: ignore[no-any-return]
 
 
 class ReplayNvml:

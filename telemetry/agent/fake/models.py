@@ -4,8 +4,9 @@ Each capability names a group of NVML queries; a model without it answers NotSup
 the real driver does (a GeForce card has no serial, no ECC and no row remapper; only Hopper and
 newer have GPM; pre-Ampere cards retire pages instead of remapping rows).  The V100 entry also
 lacks ``memory_v2`` to exercise the agent's fallback to ``nvmlDeviceGetMemoryInfo`` v1, as seen
-on older driver branches.  The H100 entry's identity, idle readings and answers are held to a
-recording of a real H100 (``tests/agent/fixtures/h100``); the others come from data sheets.
+on older driver branches.  The H100 and H200 entries' identity, idle readings and answers are
+held to recordings of a real card of each (``tests/agent/fixtures/h100``, ``…/h200``); the
+others come from data sheets and the PCI ID list.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ class GpuModel:
     sm_clock_idle: int
     sm_clock_max: int
     mem_clock: int
+    pci_device_id: int  # nvmlPciInfo_t.pciDeviceId: device id << 16 | vendor id (NVIDIA)
     caps: frozenset[str]
+    # What the driver sets aside for itself (nvmlMemory_v2_t.reserved), driver 580; read on an
+    # H100 and an H200 only.
+    memory_reserved: int = 480 * MIB
 
     def has(self, cap: str) -> bool:
         return cap in self.caps
@@ -64,19 +69,22 @@ MODELS: dict[str, GpuModel] = {
             sm_clock_idle=345,
             sm_clock_max=1980,
             mem_clock=2619,
+            pci_device_id=0x233010DE,
             caps=_DATACENTER | {"gpm"},
         ),
         GpuModel(
             key="H200-SXM5-141GB",
             name="NVIDIA H200",
-            part_number="692-2G520-0280-000",
+            part_number="692-2G520-0282-000",
             memory_total=143771 * MIB,
-            power_idle_mw=75_000,
+            power_idle_mw=78_000,
             power_max_mw=700_000,
             sm_clock_idle=345,
             sm_clock_max=1980,
             mem_clock=3201,
+            pci_device_id=0x233510DE,
             caps=_DATACENTER | {"gpm"},
+            memory_reserved=615 * MIB + 64 * 1024,
         ),
         GpuModel(
             key="A100-SXM4-80GB",
@@ -88,6 +96,7 @@ MODELS: dict[str, GpuModel] = {
             sm_clock_idle=210,
             sm_clock_max=1410,
             mem_clock=1593,
+            pci_device_id=0x20B210DE,
             caps=_DATACENTER,
         ),
         GpuModel(
@@ -100,6 +109,7 @@ MODELS: dict[str, GpuModel] = {
             sm_clock_idle=210,
             sm_clock_max=2520,
             mem_clock=9001,
+            pci_device_id=0x26B910DE,
             caps=_DATACENTER,
         ),
         GpuModel(
@@ -112,6 +122,7 @@ MODELS: dict[str, GpuModel] = {
             sm_clock_idle=135,
             sm_clock_max=1530,
             mem_clock=877,
+            pci_device_id=0x1DB510DE,
             caps=ALL_CAPS - {"remapped_rows", "memory_v2", "recovery_action", "gpm"},
         ),
         GpuModel(
@@ -124,6 +135,7 @@ MODELS: dict[str, GpuModel] = {
             sm_clock_idle=210,
             sm_clock_max=2520,
             mem_clock=10501,
+            pci_device_id=0x268410DE,
             caps=frozenset(
                 {"memory_v2", "energy", "pcie_replay", "clocks_event_reasons", "xid_events"}
             ),

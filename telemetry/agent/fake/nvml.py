@@ -23,11 +23,8 @@ from telemetry.agent.clock import Clock
 
 from .device import RECOVERY_GPU_RESET, RECOVERY_NONE, FakeGpu
 from .kernel_log import FakeKernelLog
-from .models import MIB
 
 _GEN_STRIDE = 0x100000
-# What the driver sets aside for itself: nvmlMemory_v2_t.reserved on an H100, driver 580.
-RESERVED_MEMORY = 480 * MIB
 # pynvml's functions: the fake must implement each one it offers, never borrow the real one.
 _REAL_FUNCTIONS = frozenset(
     name for name, value in vars(pynvml).items() if isinstance(value, types.FunctionType)
@@ -296,7 +293,7 @@ class FakeNvml:
         info.busId = gpu.bus_id.encode()
         info.busIdLegacy = gpu.bus_id[4:].encode()
         info.domain, info.bus, info.device = 0, gpu.bus, 0
-        info.pciDeviceId = 0x233010DE
+        info.pciDeviceId = gpu.model.pci_device_id
         return info
 
     # -- sampling --------------------------------------------------------------------------
@@ -315,16 +312,17 @@ class FakeNvml:
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
             mem: Any = pynvml.c_nvmlMemory_v2_t()
             mem.version = version
-            mem.reserved = RESERVED_MEMORY
+            mem.reserved = gpu.model.memory_reserved
         else:
             gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
             mem = pynvml.c_nvmlMemory_t()
         allocated = gpu.snapshot(self._clock.now()).mem_used
         # v1 counts the driver's reservation as used (an idle card is never at zero); both
         # report the same free memory.
+        reserved = gpu.model.memory_reserved
         mem.total = gpu.model.memory_total
-        mem.used = allocated if version else allocated + RESERVED_MEMORY
-        mem.free = gpu.model.memory_total - allocated - RESERVED_MEMORY
+        mem.used = allocated if version else allocated + reserved
+        mem.free = gpu.model.memory_total - allocated - reserved
         return mem
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
