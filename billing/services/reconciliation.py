@@ -1,7 +1,9 @@
 """Reconciling a closed period: late telemetry and fixes never edit it.
 
 The period is recomputed from today's data and compared, line by line (owner, currency, GPU,
-run), with its published statements. Each difference in a line's net — less what earlier
+run, and which of the statement's lines with those four it is: a GPU that changed cluster in
+the period has a line per cluster over the same run, in cluster order), with its published
+statements. Each difference in a line's net — less what earlier
 reconciliations already adjusted for that line — becomes an ``Adjustment`` in the next open
 period, naming the statement and line it corrects, with an idempotency key; running again
 with nothing new adds nothing.
@@ -26,7 +28,9 @@ from billing.services.closing import refuse_pending_telemetry
 from billing.services.computing import statements_compute
 from billing.services.periods import period_for_month
 
-LineKey = tuple[str, str, str, str, str]  # owner, currency, gpu, starts_at, ends_at
+# owner, currency, gpu, starts_at, ends_at, and the line's rank among the statement's lines
+# with those five (0 but for a GPU that changed cluster: its lines repeat the same run).
+LineKey = tuple[str, str, str, str, str, int]
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,15 @@ def _next_open_period(after: Period) -> Period:
     return created
 
 
-def _key(owner: str, currency: str, line: dict[str, Any]) -> LineKey:
-    return (owner, currency, line["gpu_id"], line["starts_at"], line["ends_at"])
+def _keyed(owner: str, currency: str, lines: list[dict[str, Any]]) -> list[LineKey]:
+    """The key of each of one statement's lines, in its order."""
+    seen: dict[tuple[str, str, str], int] = defaultdict(int)
+    keys = []
+    for line in lines:
+        where = (line["gpu_id"], line["starts_at"], line["ends_at"])
+        keys.append((owner, currency, *where, seen[where]))
+        seen[where] += 1
+    return keys
 
 
 def period_reconcile(*, period: Period, by: User) -> Reconciliation:
@@ -73,17 +84,22 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
     }
     old_lines: dict[LineKey, tuple[Statement, StatementLine, Decimal]] = {}
     for issued in published.values():
-        for row in issued.lines.filter(kind=StatementLine.Kind.GPU).order_by("position"):
-            where = {
-                "gpu_id": str(row.gpu_id),
-                "starts_at": _iso(row.starts_at),
-                "ends_at": _iso(row.ends_at),
-            }
-            old_lines[_key(str(issued.owner_id), issued.currency, where)] = (issued, row, row.net)
+        rows = list(issued.lines.filter(kind=StatementLine.Kind.GPU).order_by("position"))
+        wheres = [
+            {"gpu_id": str(r.gpu_id), "starts_at": _iso(r.starts_at), "ends_at": _iso(r.ends_at)}
+            for r in rows
+        ]
+        for key, row in zip(
+            _keyed(str(issued.owner_id), issued.currency, wheres), rows, strict=True
+        ):
+            old_lines[key] = (issued, row, row.net)
     new_lines: dict[LineKey, tuple[dict[str, Any], Decimal]] = {}
     for (owner, currency), draft in now.items():
-        for computed in draft.content["lines"]:
-            new_lines[_key(owner, currency, computed)] = (computed, Decimal(computed["net"]))
+        computed_lines = draft.content["lines"]
+        for key, computed in zip(
+            _keyed(owner, currency, computed_lines), computed_lines, strict=True
+        ):
+            new_lines[key] = (computed, Decimal(computed["net"]))
 
     already: dict[Any, Decimal] = defaultdict(lambda: Decimal("0.00"))
     counts: dict[str, int] = defaultdict(int)
@@ -99,7 +115,7 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
     into = _next_open_period(period)
     plans: list[dict[str, Any]] = []
     for key in sorted(set(old_lines) | set(new_lines)):
-        owner, currency, gpu_id, starts_at, ends_at = key
+        owner, currency, gpu_id, starts_at, ends_at, rank = key
         old = old_lines.get(key)
         statement: Statement | None = old[0] if old else None
         line: StatementLine | None = old[1] if old else None
@@ -113,6 +129,7 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
             f"reconcile:{period.pk}:line:{line.pk}"
             if line is not None
             else f"reconcile:{period.pk}:new:{owner}:{currency}:{gpu_id}:{starts_at}:{ends_at}"
+            + (f"#{rank}" if rank else "")
         )
         difference = new_net - old_net - already[stem]
         if difference == 0:

@@ -21,6 +21,7 @@ from billing.services.publishing import (
 )
 from billing.services.reconciliation import period_reconcile
 from billing.services.revenue import pool_add
+from fleet.models import Cluster, Node, Placement
 from tests.billing import scenario as s
 
 D = Decimal
@@ -28,6 +29,7 @@ UTC = dt.UTC
 FEB = (dt.datetime(2026, 2, 1, tzinfo=UTC), dt.datetime(2026, 3, 1, tzinfo=UTC))
 MARCH = (dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 4, 1, tzinfo=UTC))
 SILENT = (dt.datetime(2026, 2, 20, 3, tzinfo=UTC), dt.datetime(2026, 2, 20, 9, tzinfo=UTC))
+MINUTE = dt.timedelta(minutes=1)
 
 
 @pytest.fixture
@@ -303,3 +305,60 @@ def test_publishing_writes_one_webhook_event_with_the_api_basis_and_disclosure(w
     assert data["disclosure"]["text_sha256"] == published.disclosure_sha256
     assert data["closing_balance"] == str(published.closing_balance)
     assert data["owner_id"] == str(world["bob"].pk)
+
+
+@pytest.mark.django_db
+def test_reconciling_a_gpu_that_changed_cluster_corrects_both_of_its_lines(oscar, olga, disclosure):
+    """SN-9 moves from cluster A to cluster B on the 15th, so its owner's statement has two
+    lines for it, one per cluster, over the same ownership run; each cluster's pool is split
+    by up seconds with one other GPU. Late telemetry fills a silent hour in each half: each
+    of the two lines gets its own adjustment, neither overwrites the other."""
+    a = s.fleet()
+    cluster_b = Cluster.objects.create(site=a.site, code="b", name="B")
+    b = s.Fleet(a.site, cluster_b, Node.objects.create(cluster=cluster_b, hostname="n-b"), a.model)
+    moved = dt.datetime(2026, 2, 15, tzinfo=UTC)
+    sn9 = s.gpu(a, "SN-9", slot=0)
+    Placement.objects.filter(gpu=sn9).update(valid_to=moved)
+    Placement.objects.create(gpu=sn9, node=b.node, slot=0, valid_from=moved)
+    stays_a, stays_b = s.gpu(a, "SN-A", slot=1), s.gpu(b, "SN-B", slot=1, node=b.node)
+    alice, bob = s.owner("Alice Compute Ltd"), s.owner("Bob Chen")
+    s.own(sn9, alice, 10_000, s.EPOCH)
+    s.own(stays_a, bob, 10_000, s.EPOCH)
+    s.own(stays_b, bob, 10_000, s.EPOCH)
+    period = period_for_month(year=2026, month=2)
+    for f in (a, b):
+        s.card(f, oscar)
+        pool_add(cluster=f.cluster, period=period, amount=D("100.00"), currency="EUR",
+                 description="", by=oscar)  # fmt: skip
+    start = FEB[0] - dt.timedelta(minutes=1)
+    silent = [
+        (dt.datetime(2026, 2, 5, 3, tzinfo=UTC), dt.datetime(2026, 2, 5, 4, tzinfo=UTC)),
+        (dt.datetime(2026, 2, 20, 3, tzinfo=UTC), dt.datetime(2026, 2, 20, 4, tzinfo=UTC)),
+    ]
+    s.windows(sn9, start, moved, node=a.node, skip=silent[:1])
+    s.windows(sn9, moved, FEB[1], node=b.node, skip=silent[1:], energy_start=10**12)
+    s.windows(stays_a, start, FEB[1], node=a.node)
+    s.windows(stays_b, start, FEB[1], node=b.node)
+    s.rebuild(*FEB)
+    period_close(period=period, by=oscar)
+    _publish_all(period, oscar, olga)
+    period_close_finish(period=period, by=oscar)
+    alice_feb = Statement.objects.get(owner=alice, period=period)
+    lines = list(alice_feb.lines.filter(gpu=sn9).order_by("position"))
+    assert len(lines) == 2
+
+    # Their counters where they would have been (36 kJ a minute since each half's start).
+    minutes = [(silent[0][0] - start) // MINUTE, (silent[1][0] - moved) // MINUTE]
+    s.windows(sn9, *silent[0], node=a.node, energy_start=minutes[0] * 36_000_000)
+    s.windows(sn9, *silent[1], node=b.node, energy_start=10**12 + minutes[1] * 36_000_000)
+    s.rebuild(*FEB)
+    added = period_reconcile(period=period, by=oscar).added
+    alice_adjustments = sorted((a.corrects_line_id, a.amount) for a in added if a.owner == alice)
+    assert [line_id for line_id, _ in alice_adjustments] == sorted(line.pk for line in lines)
+    # Each cluster's 100.00 by up seconds: SN-9's 14 days less the silent hour (1,206,000 s)
+    # against its neighbour's 28 days (2,419,200 s) is 33.2671 %: 33.27 with the remainder
+    # cent; with the hour, 1,209,600 s is 33.3333 %: 33.33 (the cent goes to the neighbour's
+    # .67). Gross +0.06; the 10 % fee is 3.33 either way; energy the same (the counter's rise
+    # over the gap was counted by the window after it). So +0.06 on each line.
+    assert [amount for _, amount in alice_adjustments] == [D("0.06"), D("0.06")]
+    assert period_reconcile(period=period, by=oscar).added == []  # and once only
