@@ -20,14 +20,18 @@ def _cents(name: str, amount: Decimal) -> None:
         raise ValidationError({name: f"{amount} has fractions of a cent."})
 
 
-def balance_available(*, owner: Owner, currency: str) -> Decimal:
-    """The last published closing balance, less payouts recorded after its period."""
-    last = (
+def _last_published(owner: Owner, currency: str) -> Statement | None:
+    return (
         Statement.objects.filter(owner=owner, currency=currency, status=Statement.Status.PUBLISHED)
         .select_related("period")
         .order_by("-period__start")
         .first()
     )
+
+
+def balance_available(*, owner: Owner, currency: str) -> Decimal:
+    """The last published closing balance, less payouts recorded after its period."""
+    last = _last_published(owner, currency)
     if last is None:
         return Decimal("0.00")
     later = Payout.objects.filter(
@@ -47,7 +51,9 @@ def payout_record(
     by: User,
 ) -> Payout:
     """Money paid to an owner, against their published balance. Refused if it exceeds the
-    balance available, or if its date falls in a period already closing or closed."""
+    balance available, if its date falls in a period already closing or closed, or if it is
+    dated before the end of the period of the owner's last published statement: such a
+    payout would appear on no statement, and the balance would not count it."""
     _cents("amount", amount)
     if amount <= 0:
         raise ValidationError({"amount": "A payout is a positive amount."})
@@ -60,6 +66,15 @@ def payout_record(
             {"paid_on": f"{paid_on} is in period {period}, which is {period.status}."}
         )
     Owner.objects.select_for_update().get(pk=owner.pk)  # one payout at a time per owner
+    last = _last_published(owner, currency)
+    if last is not None and at < last.period.end:
+        raise ValidationError(
+            {
+                "paid_on": f"{paid_on} is before the end of {last.period}, whose {currency} "
+                f"statement for {owner} is published; date the payout "
+                f"{last.period.end.date()} or later."
+            }
+        )
     available = balance_available(owner=owner, currency=currency)
     if amount > available:
         raise ValidationError(

@@ -198,6 +198,17 @@ def test_negative_net_carries_forward_and_payouts_reduce_the_balance(world, osca
         reference="P-1",
         by=oscar,
     )
+    # Backdated before February's end (no period row for January): it would appear on no
+    # statement and the balance would not count it, so it could be paid twice.
+    with pytest.raises(ValidationError, match=r"before the end of .*date the payout 2026-03-01"):
+        payout_record(
+            owner=world["bob"],
+            currency="EUR",
+            amount=D("0.01"),
+            paid_on=dt.date(2026, 1, 15),
+            reference="P-0",
+            by=oscar,
+        )
     with pytest.raises(ValidationError, match=r"exceeds the balance available, 0\.00 EUR"):
         payout_record(
             owner=world["bob"],
