@@ -63,6 +63,7 @@ class Statement(models.Model):
                 condition=~Q(status="published")
                 | (
                     Q(approved_by__isnull=False)
+                    & Q(requested_by__isnull=False)
                     & Q(published_at__isnull=False)
                     & ~Q(approved_by=F("requested_by"))
                 ),

@@ -114,10 +114,23 @@ def test_a_draft_can_be_recomputed(alice_owner, period, gpu, oscar, alice):
     assert StatementLine.objects.count() == 0
 
 
-def test_publishing_needs_a_second_operator(alice_owner, period, oscar):
+@pytest.mark.parametrize("requester", ["oscar", None])
+def test_publishing_needs_a_second_operator(alice_owner, period, oscar, requester):
+    """Self-approval, and an approval with no request recorded (a NULL requester compared
+    with the approver is never "different"), are both refused whatever the path."""
     statement = _statement(alice_owner, period)
+    with (
+        pytest.raises(IntegrityError, match="billing_statement_published_by_a_second_operator"),
+        transaction.atomic(),
+    ):
+        _publish(statement, oscar if requester else None, oscar)
     with pytest.raises(IntegrityError, match="billing_statement_published_by_a_second_operator"):
-        _publish(statement, oscar, oscar)
+        _raw(
+            "UPDATE billing_statement SET status = 'published', approved_by_id = %s, "
+            "published_at = now() WHERE id = %s",
+            oscar.pk,
+            statement.pk,
+        )
 
 
 def test_balance_must_add_up(alice_owner, period):
