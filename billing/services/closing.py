@@ -185,7 +185,7 @@ def _write_chunk(
                 for name, value in _values(drafts[key], now).items():
                     setattr(statement, name, value)
                 rewritten.append(statement)
-            lines += _line_rows(statement_id, drafts[key])
+            lines += line_rows(statement_id, drafts[key].content)
             written += 1
         if rewritten:
             StatementLine.objects.filter(statement__in=rewritten).delete()
@@ -307,9 +307,9 @@ def _statement_row(
 _LINE_COLUMNS = ("statement_id", *LINE_FIELDS)
 
 
-def _line_rows(statement_id: uuid.UUID, draft: Draft) -> list[tuple[Any, ...]]:
-    """The statement's lines as rows of ``_LINE_COLUMNS`` (decimals as their exact text)."""
-    content = draft.content
+def line_rows(statement_id: uuid.UUID, content: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The lines of a statement with this content, as rows of ``_LINE_COLUMNS`` (decimals as
+    their exact text): what the close writes, and what approval checks is stored."""
     rows: list[tuple[Any, ...]] = [
         (
             statement_id,

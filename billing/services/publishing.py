@@ -4,11 +4,14 @@ Both steps are compare-and-set updates on the statement's status and hash, so pu
 twice, or two approvals racing, publish exactly once; the database check
 ``billing_statement_published_by_a_second_operator`` refuses self-approval whatever the path.
 Before approving, the statement is recomputed from its frozen inputs and must reproduce its
-hash. Approval writes the ``statement.published`` webhook event in the same transaction.
+hash, and the stored totals and lines must be that content's (a draft is writable until then:
+a raw edit of its figures would otherwise be published under a hash that does not cover
+them). Approval writes the ``statement.published`` webhook event in the same transaction.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -17,8 +20,9 @@ from django.utils import timezone
 
 from accounts.models import Disclosure, User
 from billing.engine.document import BASIS, document_from_frozen, sha256_hex
-from billing.models import Period, Statement
-from billing.services.closing import refuse_pending_telemetry
+from billing.models import Period, Statement, StatementLine
+from billing.models.statements import LINE_FIELDS
+from billing.services.closing import line_rows, refuse_pending_telemetry
 from webhooks.models import EventType
 from webhooks.outbox import Event, events_emit
 
@@ -35,8 +39,26 @@ def _operator(user: User, action: str) -> None:
 
 
 def statement_reproduces(*, statement: Statement) -> bool:
-    """Recomputing from the frozen inputs gives the stored hash."""
-    return sha256_hex(document_from_frozen(statement.frozen_inputs)) == statement.content_sha256
+    """Recomputing from the frozen inputs gives the stored hash, and the stored totals and
+    lines are exactly that content's."""
+    content = document_from_frozen(statement.frozen_inputs)
+    if sha256_hex(content) != statement.content_sha256:
+        return False
+    totals = ("opening_balance", "lines_total", "adjustments_total", "payouts_total")
+    if any(
+        getattr(statement, name) != Decimal(content[name]) for name in (*totals, "closing_balance")
+    ):
+        return False
+    fields = [StatementLine._meta.get_field(name) for name in LINE_FIELDS]
+    expected = [
+        tuple(
+            None if value is None else field.to_python(value)
+            for field, value in zip(fields, row[1:], strict=True)
+        )
+        for row in line_rows(statement.pk, content)
+    ]
+    stored = list(statement.lines.order_by("position").values_list(*LINE_FIELDS))
+    return stored == expected
 
 
 @transaction.atomic
@@ -79,8 +101,8 @@ def statement_publish_approve(*, statement: Statement, by: User) -> Statement:
     if not statement_reproduces(statement=current):
         raise ValidationError(
             {
-                "statement": "Recomputing from the frozen inputs does not give the stored hash; "
-                "recompute the drafts before publishing."
+                "statement": "Recomputing from the frozen inputs does not give the stored hash "
+                "and figures; recompute the drafts before publishing."
             }
         )
     # Compare-and-set on status and hash: a recomputed draft, a second approval or a racing

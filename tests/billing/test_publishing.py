@@ -373,3 +373,28 @@ def test_reconciling_a_gpu_that_changed_cluster_corrects_both_of_its_lines(oscar
     # over the gap was counted by the window after it). So +0.06 on each line.
     assert [amount for _, amount in alice_adjustments] == [D("0.06"), D("0.06")]
     assert period_reconcile(period=period, by=oscar).added == []  # and once only
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "UPDATE billing_statementline SET net = net + 1, gross = gross + 1 "
+        "WHERE statement_id = %s AND position = 1",
+        "UPDATE billing_statement SET lines_total = lines_total + 1, "
+        "closing_balance = closing_balance + 1 WHERE id = %s",
+    ],
+)
+def test_approval_refuses_a_draft_whose_stored_figures_its_hash_does_not_cover(
+    world, oscar, olga, tamper
+):
+    """A draft is writable; its frozen inputs and hash still say what was computed. A raw
+    edit of a line or a total between the request and the approval is not published."""
+    period_close(period=world["period"], by=oscar)
+    statement = Statement.objects.get(owner=world["alice"])
+    statement_publish_request(statement=statement, by=oscar)
+    with connection.cursor() as cursor:
+        cursor.execute(tamper, [statement.pk])
+    with pytest.raises(ValidationError, match="does not give the stored hash"):
+        statement_publish_approve(statement=statement, by=olga)
+    assert Statement.objects.get(pk=statement.pk).status == Statement.Status.PUBLISH_REQUESTED
