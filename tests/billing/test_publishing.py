@@ -398,3 +398,68 @@ def test_approval_refuses_a_draft_whose_stored_figures_its_hash_does_not_cover(
     with pytest.raises(ValidationError, match="does not give the stored hash"):
         statement_publish_approve(statement=statement, by=olga)
     assert Statement.objects.get(pk=statement.pk).status == Statement.Status.PUBLISH_REQUESTED
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("step", ["request", "approve"])
+def test_publishing_with_unprocessed_telemetry_is_refused_and_changes_nothing(
+    world, oscar, olga, step
+):
+    """A batch that arrived after the close may hold the period's data: neither publishing
+    step goes ahead until the workers have processed it."""
+    from telemetry.models import IngestBatch
+
+    period_close(period=world["period"], by=oscar)
+    statement = Statement.objects.get(owner=world["alice"])
+    if step == "approve":
+        statement = statement_publish_request(statement=statement, by=oscar)
+    IngestBatch.objects.create(
+        node=world["fleet"].node,
+        batch_id="018f0000-0000-7000-8000-000000000002",
+        body_sha256="0" * 64,
+        signed_at=FEB[1],
+        received_at=FEB[1] + dt.timedelta(hours=2),
+        answer={},
+    )  # queued by the batch table's trigger
+    with pytest.raises(ValidationError, match=r"not processed yet \(1 pending\)"):
+        if step == "request":
+            statement_publish_request(statement=statement, by=oscar)
+        else:
+            statement_publish_approve(statement=statement, by=olga)
+    unchanged = Statement.objects.get(pk=statement.pk)
+    assert unchanged.status == statement.status
+    assert (unchanged.requested_by_id, unchanged.approved_by_id) == (
+        statement.requested_by_id,
+        None,
+    )
+
+
+@pytest.mark.django_db
+def test_stored_totals_are_the_sums_of_the_stored_lines(world, oscar):
+    """What the close writes, read back: each statement's totals are the sums of its own
+    stored GPU and adjustment lines, and its balance adds up from them."""
+    from django.db.models import Sum
+
+    from billing.models import StatementLine
+    from billing.services.ledger import adjustment_add
+
+    adjustment_add(
+        owner=world["bob"], period=world["period"], currency="EUR", amount=D("-12.34"),
+        reason="Replaced fan", by=oscar,
+    )  # fmt: skip
+    period_close(period=world["period"], by=oscar)
+    statements = Statement.objects.filter(period=world["period"])
+    assert statements.count() == 3
+    for st in statements:
+        sums = {
+            kind: st.lines.filter(kind=kind).aggregate(t=Sum("net"))["t"] or D("0.00")
+            for kind in (StatementLine.Kind.GPU, StatementLine.Kind.ADJUSTMENT)
+        }
+        assert st.lines_total == sums[StatementLine.Kind.GPU]
+        assert st.adjustments_total == sums[StatementLine.Kind.ADJUSTMENT]
+        assert st.closing_balance == (
+            st.opening_balance + st.lines_total + st.adjustments_total - st.payouts_total
+        )
+    bob = statements.get(owner=world["bob"])
+    assert bob.adjustments_total == D("-12.34")
+    assert bob.lines.filter(kind=StatementLine.Kind.GPU).count() == 1
