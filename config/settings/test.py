@@ -17,5 +17,9 @@ from config.settings.mail import mailer
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 MAILERS = {"default": mailer("locmem")}
 CACHES["default"]["KEY_PREFIX"] = "steward-test"
+# The suite empties every table between tests with TRUNCATE, which the ledger's tables refuse
+# unless the session allows it (billing migration 0005).
+_options = DATABASES["default"]["OPTIONS"]
+_options["options"] = f"{_options.get('options', '')} -c steward.allow_truncate=on".strip()
 # Tests deliver webhooks to an HTTP server of their own on 127.0.0.1.
 WEBHOOK_ALLOW_LOOPBACK = True

@@ -104,6 +104,37 @@ def test_published_statement_and_its_lines_reject_every_change(
     assert statement.closing_balance == Decimal("12.00")
 
 
+def _truncate(tables):
+    """TRUNCATE as a session of the application would (the suite's own sessions may)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL steward.allow_truncate = off")
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the test's rows' deferred checks
+        cursor.execute(f"TRUNCATE {tables} CASCADE")
+
+
+def test_truncate_is_refused_while_published_statements_or_ledger_rows_exist(
+    alice_owner, period, gpu, oscar, alice
+):
+    statement = _statement(alice_owner, period)
+    _line(statement, gpu)
+    _truncate("billing_statementline, billing_statement")  # drafts only: allowed
+    statement = _statement(alice_owner, period)
+    _line(statement, gpu)
+    _publish(statement, oscar, alice)
+    for tables in ("billing_statement", "billing_statementline"):
+        with pytest.raises(IntegrityError, match=f"{tables} cannot be truncated"):
+            _truncate(tables)
+    assert Statement.objects.get(pk=statement.pk).status == "published"
+    assert StatementLine.objects.filter(statement=statement).count() == 1
+    Payout.objects.create(
+        owner=alice_owner, currency="EUR", amount=Decimal("1.00"), paid_on=MARCH[1].date(),
+        reference="P-1", created_by=oscar,
+    )  # fmt: skip
+    with pytest.raises(IntegrityError, match="billing_payout cannot be truncated"):
+        _truncate("billing_payout")
+    assert Payout.objects.count() == 1
+
+
 def test_a_draft_can_be_recomputed(alice_owner, period, gpu, oscar, alice):
     statement = _statement(alice_owner, period)
     _line(statement, gpu)
