@@ -1,7 +1,7 @@
 """Statements: one per owner, period and currency; immutable once published.
 
-The database enforces immutability (billing migration 0002): a published statement and its
-lines reject UPDATE and DELETE from any path, raw SQL included. A statement stores its frozen
+The database enforces immutability (billing migrations 0002 and 0005): a published statement
+and its lines reject UPDATE, DELETE and TRUNCATE from any path, raw SQL included. A statement stores its frozen
 inputs and the SHA-256 of its canonical content, so recomputing reproduces the hash.
 """
 
