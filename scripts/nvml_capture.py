@@ -14,8 +14,8 @@ through a recording proxy.  Writes into OUT_DIR:
 * ``memory.json`` (with ``--memory``): GPU 0's memory through the v1 and the v2 struct, idle
   and while another process holds 1 GiB (the agent itself only asks for v2).
 
-``tests/agent/fixtures/`` keeps what one such run on an H100 produced; ``docs/agent.md`` says
-what it taught.
+``tests/agent/fixtures/`` keeps what such runs on an H100 and an H200 produced;
+``docs/agent.md`` says what they taught.
 """
 
 from __future__ import annotations
