@@ -5,20 +5,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0005_partner_handle'),
-        ('billing', '0003_action_permissions'),
+        ("accounts", "0005_partner_handle"),
+        ("billing", "0003_action_permissions"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='statement',
-            name='billing_statement_published_by_a_second_operator',
+            model_name="statement",
+            name="billing_statement_published_by_a_second_operator",
         ),
         migrations.AddConstraint(
-            model_name='statement',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'published'), _negated=True), models.Q(('approved_by__isnull', False), ('requested_by__isnull', False), ('published_at__isnull', False), models.Q(('approved_by', models.F('requested_by')), _negated=True)), _connector='OR'), name='billing_statement_published_by_a_second_operator'),
+            model_name="statement",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status", "published"), _negated=True),
+                    models.Q(
+                        ("approved_by__isnull", False),
+                        ("requested_by__isnull", False),
+                        ("published_at__isnull", False),
+                        models.Q(("approved_by", models.F("requested_by")), _negated=True),
+                    ),
+                    _connector="OR",
+                ),
+                name="billing_statement_published_by_a_second_operator",
+            ),
         ),
     ]

@@ -1,8 +1,9 @@
 """Statements: one per owner, period and currency; immutable once published.
 
 The database enforces immutability (billing migrations 0002 and 0005): a published statement
-and its lines reject UPDATE, DELETE and TRUNCATE from any path, raw SQL included. A statement stores its frozen
-inputs and the SHA-256 of its canonical content, so recomputing reproduces the hash.
+and its lines reject UPDATE, DELETE and TRUNCATE from any path, raw SQL included. A statement
+stores its frozen inputs and the SHA-256 of its canonical content, so recomputing reproduces
+the hash.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Field
 from django.utils import timezone
 
 from accounts.models import Disclosure, User
@@ -49,7 +50,11 @@ def statement_reproduces(*, statement: Statement) -> bool:
         getattr(statement, name) != Decimal(content[name]) for name in (*totals, "closing_balance")
     ):
         return False
-    fields = [StatementLine._meta.get_field(name) for name in LINE_FIELDS]
+    fields = []
+    for name in LINE_FIELDS:
+        field = StatementLine._meta.get_field(name)
+        assert isinstance(field, Field)  # LINE_FIELDS are the line's own columns
+        fields.append(field)
     expected = [
         tuple(
             None if value is None else field.to_python(value)

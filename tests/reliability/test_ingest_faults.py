@@ -58,7 +58,9 @@ _WINDOWS = (
 _ROLLED_UP = "SELECT coalesce(sum(windows), 0) FROM telemetry_hourlyrollup"
 
 
-def _counted(rows: list[tuple[str, dt.datetime]], rolled: int, expected: set) -> tuple[int, int]:
+def _counted(
+    rows: list[tuple[str, dt.datetime]], rolled: int, expected: set[tuple[str, dt.datetime]]
+) -> tuple[int, int]:
     """(lost, duplicated) windows: expected but not stored, or stored but in no rollup; rows
     beyond one per (GPU, minute), or counted by the hourly rollups more than once."""
     stored = set(rows)
