@@ -24,7 +24,7 @@ DRAIN_BUDGET_S = 20.0
 @shared_task(
     name="telemetry.batches_process",
     bind=True,
-    autoretry_for=(OperationalError, InterfaceError),
+    autoretry_for=processing.SESSION_LOST,
     retry_backoff=True,
     retry_backoff_max=30,
     max_retries=None,

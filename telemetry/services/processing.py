@@ -80,6 +80,18 @@ class ProcessResult:
 # rows older than this can be a lost worker's.
 REAP_AFTER_S = 5
 GAVE_UP = "gave up after repeated attempts (worker lost each time)"
+# This worker lost its session (the database went away, or ended it after the worker held its
+# chunk idle past ``TELEMETRY_CLAIM_TIMEOUT_S``): its locks went with it, so its batches are
+# pending again for any worker. Not a bad batch: never retried one by one or set aside for it.
+# The chunks run on psycopg cursors, so psycopg's own classes come out too; PostgreSQL reports
+# the idle timeout as SQLSTATE 25P03, an InternalError to psycopg.
+SESSION_LOST: tuple[type[BaseException], ...] = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.IdleInTransactionSessionTimeout,
+)
 
 
 def batches_process(
@@ -134,8 +146,8 @@ def _chunk_guarded(
             worker=worker, result=result, batches=batches, windows=windows,
             optimistic_copy=optimistic_copy, taken=taken,
         )  # fmt: skip
-    except (OperationalError, InterfaceError, psycopg.OperationalError):
-        raise  # the database went away: the locks went with it and the batches come back
+    except SESSION_LOST:
+        raise  # the session is gone: its locks went with it and the batches come back
     except Exception:
         if not taken:
             raise
@@ -146,7 +158,7 @@ def _chunk_guarded(
                 worker=worker, result=result, batches=1, windows=1, optimistic_copy=False,
                 only=[one], taken=[],
             )  # fmt: skip
-        except (OperationalError, InterfaceError, psycopg.OperationalError):
+        except SESSION_LOST:
             raise
         except Exception as exc:
             log.exception("batch %s failed", one)

@@ -383,6 +383,57 @@ def test_a_held_batch_is_skipped_and_a_lost_workers_batch_comes_back(node, post,
     assert TelemetryWindow.objects.count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_queued_passes")  # the session's real worker must not take it
+def test_a_worker_hung_mid_chunk_loses_its_batches_after_the_claim_timeout(
+    node, post, settings, monkeypatch
+):
+    """A worker stuck in its own code (not in a query) holds its chunk's transaction open:
+    the chunk set ``idle_in_transaction_session_timeout`` to the claim timeout, so PostgreSQL
+    ends that session and the batch is another worker's to take, with nobody killing the
+    stuck one. When it wakes, its next query fails and it commits nothing."""
+    import threading
+
+    from telemetry.services import processing
+
+    settings.TELEMETRY_CLAIM_TIMEOUT_S = 1
+    send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
+    placements = processing._placements
+    stuck = threading.Event()
+
+    def hang_then_go_on(*args, **kwargs):
+        if threading.current_thread().name == "hung-worker":
+            stuck.set()
+            time.sleep(3)  # three times the timeout, holding the claim
+        return placements(*args, **kwargs)
+
+    monkeypatch.setattr(processing, "_placements", hang_then_go_on)
+    failures: list[BaseException] = []
+
+    def hung_worker() -> None:
+        try:
+            processing.batches_process(worker="hung")
+        except BaseException as exc:  # what the task would see (Celery retries it)
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hung_worker, name="hung-worker")
+    thread.start()
+    assert stuck.wait(30)
+    thread.join(60)
+    assert not thread.is_alive()
+    # It lost its session, which its task retries: not a bad batch to retry one by one and
+    # set aside (a hang past the timeout in every retry would have made it "failed").
+    assert len(failures) == 1
+    assert isinstance(failures[0], processing.SESSION_LOST)
+    result = batches_process(worker="survivor")
+    assert (result.claimed, result.processed, result.windows) == (1, 1, 1)
+    batch = IngestBatch.objects.get()
+    assert (batch.status, batch.claimed_by) == ("processed", "survivor")
+    assert TelemetryWindow.objects.count() == 1
+
+
 def test_a_batch_that_keeps_killing_its_worker_is_set_aside(node, post, settings):
     send(post, node, [window(node.gpus[0].nvml_uuid, at(0))])
     send(post, node, [window(node.gpus[0].nvml_uuid, at(1))])
