@@ -9,7 +9,6 @@ import time
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from telemetry.dispatch import derived_kick, derived_started, processing_kick, processing_started
@@ -57,7 +56,7 @@ def batches_process(self: object) -> int:
 
 @shared_task(
     name="telemetry.derived_process",
-    autoretry_for=(OperationalError, InterfaceError),
+    autoretry_for=processing.SESSION_LOST,  # the pass runs on a psycopg cursor too
     retry_backoff=True,
     retry_backoff_max=30,
     max_retries=None,
