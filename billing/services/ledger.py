@@ -31,7 +31,10 @@ def _last_published(owner: Owner, currency: str) -> Statement | None:
 
 def balance_available(*, owner: Owner, currency: str) -> Decimal:
     """The last published closing balance, less payouts recorded after its period."""
-    last = _last_published(owner, currency)
+    return _available(owner, currency, _last_published(owner, currency))
+
+
+def _available(owner: Owner, currency: str, last: Statement | None) -> Decimal:
     if last is None:
         return Decimal("0.00")
     later = Payout.objects.filter(
@@ -75,7 +78,7 @@ def payout_record(
                 f"{last.period.end.date()} or later."
             }
         )
-    available = balance_available(owner=owner, currency=currency)
+    available = _available(owner, currency, last)
     if amount > available:
         raise ValidationError(
             {
