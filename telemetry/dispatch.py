@@ -13,6 +13,7 @@ replay) or send a committed chunk down the worker's failure path.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from django.core.cache import cache
 from kombu.exceptions import OperationalError as BrokerError
@@ -29,11 +30,7 @@ def processing_kick() -> None:
     """Queue a processing task unless one is already waiting. Call on commit."""
     from telemetry.tasks import batches_process
 
-    try:
-        if cache.add(KICK_KEY, 1, timeout=KICK_TTL_S):
-            batches_process.delay()
-    except (RedisError, BrokerError) as exc:
-        log.warning("processing not queued (Redis down: %s); beat's sweep re-queues it", exc)
+    _queue_once(KICK_KEY, KICK_TTL_S, batches_process.delay, "processing")
 
 
 def processing_started() -> None:
@@ -45,13 +42,23 @@ def derived_kick(*, countdown: float = 0.0) -> None:
     """Queue a derived pass unless one is already waiting. Call after marks are committed."""
     from telemetry.tasks import derived_process
 
-    try:
-        if cache.add(DERIVED_KICK_KEY, 1, timeout=KICK_TTL_S + int(countdown)):
-            derived_process.apply_async(countdown=countdown)
-    except (RedisError, BrokerError) as exc:
-        log.warning("derived pass not queued (Redis down: %s); beat's sweep re-queues it", exc)
+    _queue_once(
+        DERIVED_KICK_KEY,
+        KICK_TTL_S + int(countdown),
+        lambda: derived_process.apply_async(countdown=countdown),
+        "derived pass",
+    )
 
 
 def derived_started() -> None:
     """The waiting pass has started: marks committed from now on must queue another."""
     cache.delete(DERIVED_KICK_KEY)
+
+
+def _queue_once(key: str, ttl: int, send: Callable[[], object], what: str) -> None:
+    """Sends the task unless the flag says one waits; with Redis down, logs and returns."""
+    try:
+        if cache.add(key, 1, timeout=ttl):
+            send()
+    except (RedisError, BrokerError) as exc:
+        log.warning("%s not queued (Redis down: %s); beat's sweep re-queues it", what, exc)
