@@ -217,14 +217,10 @@ def _nul_refuse(raw: bytes) -> None:
     path = _nul_path(document, "")
     if path is None:
         return
-    window = None
-    found = _WINDOW.match(path)
-    if found:
-        index = int(found.group("index"))
-        item = document["windows"][index]
-        window = _window_ref(index, item.get("gpu_uuid"), item.get("window_start"))
     raise SchemaError(
-        "Text must not contain the NUL character (\\u0000).", field=path, window=window
+        "Text must not contain the NUL character (\\u0000).",
+        field=path,
+        window=_window_at(path, document),
     )
 
 
@@ -258,12 +254,20 @@ def _schema_error(message: str, raw: bytes) -> SchemaError:
     window = None
     found = _WINDOW.match(path)
     if found:
-        index = int(found.group("index"))
-        window = _window_ref(index, None, None)
         # Only on the error path: a lenient parse to say which GPU and minute it was.
         try:
-            item = msgspec.json.decode(raw)["windows"][index]
-            window = _window_ref(index, item.get("gpu_uuid"), item.get("window_start"))
-        except Exception:  # noqa: S110 - best effort for the error message
-            pass
+            window = _window_at(path, msgspec.json.decode(raw))
+        except Exception:  # best effort for the error message: the index alone
+            window = _window_ref(int(found.group("index")), None, None)
     return SchemaError(f"{detail}.", field=path, window=window)
+
+
+def _window_at(path: str, document: Any) -> dict[str, Any] | None:
+    """The window a field path such as ``windows[3].state`` is in, named by its index, GPU
+    and minute as the (generically decoded) document gives them; None outside a window."""
+    found = _WINDOW.match(path)
+    if not found:
+        return None
+    index = int(found.group("index"))
+    item = document["windows"][index]
+    return _window_ref(index, item.get("gpu_uuid"), item.get("window_start"))
