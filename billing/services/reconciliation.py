@@ -56,12 +56,11 @@ def _next_open_period(after: Period) -> Period:
     return created
 
 
-def _keyed(owner: str, currency: str, lines: list[dict[str, Any]]) -> list[LineKey]:
-    """The key of each of one statement's lines, in its order."""
+def _keyed(owner: str, currency: str, wheres: list[tuple[str, str, str]]) -> list[LineKey]:
+    """The key of each of one statement's lines, given as (GPU, start, end) in its order."""
     seen: dict[tuple[str, str, str], int] = defaultdict(int)
     keys = []
-    for line in lines:
-        where = (line["gpu_id"], line["starts_at"], line["ends_at"])
+    for where in wheres:
         keys.append((owner, currency, *where, seen[where]))
         seen[where] += 1
     return keys
@@ -85,10 +84,7 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
     old_lines: dict[LineKey, tuple[Statement, StatementLine, Decimal]] = {}
     for issued in published.values():
         rows = list(issued.lines.filter(kind=StatementLine.Kind.GPU).order_by("position"))
-        wheres = [
-            {"gpu_id": str(r.gpu_id), "starts_at": _iso(r.starts_at), "ends_at": _iso(r.ends_at)}
-            for r in rows
-        ]
+        wheres = [(str(r.gpu_id), _iso(r.starts_at), _iso(r.ends_at)) for r in rows]
         for key, row in zip(
             _keyed(str(issued.owner_id), issued.currency, wheres), rows, strict=True
         ):
@@ -96,9 +92,8 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
     new_lines: dict[LineKey, tuple[dict[str, Any], Decimal]] = {}
     for (owner, currency), draft in now.items():
         computed_lines = draft.content["lines"]
-        for key, computed in zip(
-            _keyed(owner, currency, computed_lines), computed_lines, strict=True
-        ):
+        wheres = [(d["gpu_id"], d["starts_at"], d["ends_at"]) for d in computed_lines]
+        for key, computed in zip(_keyed(owner, currency, wheres), computed_lines, strict=True):
             new_lines[key] = (computed, Decimal(computed["net"]))
 
     already: dict[Any, Decimal] = defaultdict(lambda: Decimal("0.00"))
