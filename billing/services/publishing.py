@@ -39,22 +39,25 @@ def _operator(user: User, action: str) -> None:
         raise ValidationError({"by": f"Only operators may {action} a statement."})
 
 
+_TOTALS = (
+    "opening_balance",
+    "lines_total",
+    "adjustments_total",
+    "payouts_total",
+    "closing_balance",
+)
+
+
 def statement_reproduces(*, statement: Statement) -> bool:
     """Recomputing from the frozen inputs gives the stored hash, and the stored totals and
     lines are exactly that content's."""
     content = document_from_frozen(statement.frozen_inputs)
     if sha256_hex(content) != statement.content_sha256:
         return False
-    totals = ("opening_balance", "lines_total", "adjustments_total", "payouts_total")
-    if any(
-        getattr(statement, name) != Decimal(content[name]) for name in (*totals, "closing_balance")
-    ):
+    if any(getattr(statement, name) != Decimal(content[name]) for name in _TOTALS):
         return False
-    fields = []
-    for name in LINE_FIELDS:
-        field = StatementLine._meta.get_field(name)
-        assert isinstance(field, Field)  # LINE_FIELDS are the line's own columns
-        fields.append(field)
+    fields = [f for n in LINE_FIELDS if isinstance(f := StatementLine._meta.get_field(n), Field)]
+    assert len(fields) == len(LINE_FIELDS)  # the line's own columns, no relation's reverse
     expected = [
         tuple(
             None if value is None else field.to_python(value)
