@@ -31,6 +31,8 @@ Megahertz = Annotated[float, msgspec.Meta(ge=0, le=100_000)]
 Watts = Annotated[float, msgspec.Meta(ge=0, le=100_000)]
 Bytes = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 ShortText = Annotated[str, msgspec.Meta(max_length=200)]
+# What the node's status keeps of the agent's versions (``NodeStatus``: 64 characters).
+VersionText = Annotated[str, msgspec.Meta(max_length=64)]
 GpuUuid = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 
 
@@ -122,9 +124,9 @@ class Event(msgspec.Struct, frozen=True, gc=False):
 
 
 class Agent(msgspec.Struct, frozen=True, gc=False):
-    version: ShortText | None = None
-    driver_version: ShortText | None = None
-    cuda_version: ShortText | None = None
+    version: VersionText | None = None
+    driver_version: VersionText | None = None
+    cuda_version: VersionText | None = None
 
 
 class Batch(msgspec.Struct, frozen=True, gc=False):
@@ -141,6 +143,9 @@ class Batch(msgspec.Struct, frozen=True, gc=False):
 
 
 _decoder = msgspec.json.Decoder(Batch)
+# The instants a batch may name (UTC): far wider than any clock skew, narrow enough that
+# every one converts to UTC and back.
+INSTANTS = (dt.datetime(2000, 1, 1, tzinfo=dt.UTC), dt.datetime(2100, 1, 1, tzinfo=dt.UTC))
 _PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _WINDOW = re.compile(r"^windows\[(?P<index>\d+)\]")
 
@@ -196,7 +201,33 @@ def batch_decode(raw: bytes, *, checked: bool = False) -> Batch:
                 field=f"windows[{index}].window_start",
                 window=_window_ref(index, window.gpu_uuid, start.isoformat()),
             )
+        _instant_check(start, f"windows[{index}].window_start", index, window.gpu_uuid)
+    for index, event in enumerate(batch.events):
+        _instant_check(event.occurred_at, f"events[{index}].occurred_at")
+    for name in ("sent_at", "sealed_at"):
+        at = getattr(batch, name)
+        if at is not None:
+            _instant_check(at, name)
     return batch
+
+
+def _instant_check(at: dt.datetime, field: str, index: int = -1, gpu_uuid: str = "") -> None:
+    """Every time in a batch is UTC (``Z`` or ``+00:00``) and within ``INSTANTS``.
+
+    Another offset names the same instant, but the worker files windows by UTC day and hour,
+    and the contract says UTC. A year such as 0001 in another zone is BC in UTC: PostgreSQL
+    stores it, and then no Python datetime can read it back."""
+    problem = ""
+    if at.utcoffset() != dt.timedelta(0):
+        problem = f"must be in UTC (…Z), not {at.isoformat()}"
+    elif not INSTANTS[0] <= at < INSTANTS[1]:
+        problem = (
+            f"{at.isoformat()} is outside {INSTANTS[0]:%Y}–{INSTANTS[1]:%Y}: "
+            "check the node's clock"
+        )
+    if problem:
+        window = _window_ref(index, gpu_uuid, at.isoformat()) if index >= 0 else None
+        raise SchemaError(f"{field.rsplit('.', 1)[-1]} {problem}.", field=field, window=window)
 
 
 def batch_decode_gzip(body: bytes, *, limit: int, checked: bool = False) -> Batch:

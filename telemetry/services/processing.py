@@ -441,7 +441,8 @@ def _chunk_process(
         loaded, broken = _decode(rows)
         # A set: a chunk's windows share a handful of minutes.
         starts = {w.window_start for item in loaded for w in item.batch.windows}
-        days = {start.date() for start in starts if floor <= start <= ceiling}
+        # UTC days: the endpoint takes only UTC times, but a batch stored before it did may not.
+        days = {start.astimezone(dt.UTC).date() for start in starts if floor <= start <= ceiling}
         if days and outer:
             window_partitions_ensure(days=days, cursor=cursor)
         elif days:
@@ -784,7 +785,8 @@ def _window_problem(
     if gpu_id is None:
         return (
             "not_placed",
-            f"GPU {w.gpu_uuid} is not placed on this node at {start:%Y-%m-%dT%H:%M:%SZ}",
+            f"GPU {w.gpu_uuid} is not placed on this node at "
+            f"{start.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%SZ}",
         )
     if start > future:
         return (

@@ -193,6 +193,9 @@ def test_malformed_bodies_are_4xx_and_store_nothing(node, post, body, status):
         ({"state": "exploded"}, "windows[0].state"),
         ({"window_start": "2026-11-21T11:58:30Z"}, "windows[0].window_start"),
         ({"window_start": "2026-11-21T11:58:00"}, "windows[0].window_start"),
+        # The same instant as 11:58Z, but the worker files windows by UTC day and hour.
+        ({"window_start": "2026-11-21T06:58:00-05:00"}, "windows[0].window_start"),
+        ({"window_start": "1999-12-31T23:59:00Z"}, "windows[0].window_start"),
     ],
 )
 def test_out_of_range_values_are_422_naming_field_and_window(node, post, overrides, field):
@@ -204,6 +207,43 @@ def test_out_of_range_values_are_422_naming_field_and_window(node, post, overrid
     assert answer["window"]["index"] == 0
     assert answer["window"]["gpu_uuid"] == node.gpus[0].nvml_uuid
     assert not IngestBatch.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "field", "says"),
+    [
+        ("event", "2026-11-21T12:58:00+01:00", "events[0].occurred_at", "must be in UTC"),
+        # BC once in UTC: PostgreSQL would store it, and no Python datetime could read it back.
+        ("event", "0001-01-01T00:00:00+01:00", "events[0].occurred_at", "must be in UTC"),
+        ("event", "2150-01-01T00:00:00Z", "events[0].occurred_at", "outside 2000–2100"),
+        ("sent_at", "0001-01-01T00:00:00Z", "sent_at", "outside 2000–2100"),
+    ],
+)
+def test_times_outside_utc_or_any_plausible_clock_are_422(node, post, where, value, field, says):
+    document = doc_for(node)
+    if where == "event":
+        document["events"] = [event("nvml_stall", START)]
+        document["events"][0]["occurred_at"] = value
+    else:
+        document[where] = value
+    response = post(node, document)
+    assert response.status_code == 422
+    answer = response.json()
+    assert (answer["error"], answer["field"]) == ("invalid_batch", field)
+    assert says in answer["detail"]
+    assert not IngestBatch.objects.exists()
+
+
+def test_agent_versions_longer_than_the_node_status_keeps_are_422(node, post):
+    document = doc_for(node)
+    document["agent"]["version"] = "1.2.3+" + "f" * 58  # 64 characters: kept whole
+    assert post(node, document).status_code == 202
+    document = doc_for(node)
+    document["agent"]["driver_version"] = "5" * 65
+    response = post(node, document)
+    assert response.status_code == 422
+    assert response.json()["field"] == "agent.driver_version"
+    assert IngestBatch.objects.count() == 1
 
 
 def test_nan_is_refused(node, post):

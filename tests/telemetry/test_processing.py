@@ -627,3 +627,31 @@ def test_a_chunk_commits_as_usual_while_redis_is_down(
     assert TelemetryWindow.objects.count() == 1
     derived_drain(limit=1000)
     assert HourlyRollup.objects.get().windows == 1
+
+
+def test_a_stored_batch_with_another_utc_offset_is_filed_under_its_utc_day(db):
+    """The endpoint now refuses offsets other than UTC; a batch stored before it did still
+    goes to the partition of its UTC day, not of the day its offset names."""
+    from django.utils import timezone
+
+    from telemetry.schema import gzip_json
+    from telemetry.services.partitions import partition_name
+    from telemetry.testing import batches_stored, fleet_node
+
+    node = fleet_node(gpus=1, placed_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    document = batch_document(node=node, windows=[window(node.gpus[0].nvml_uuid, at(0))])
+    document["windows"][0]["window_start"] = "2026-09-14T22:00:00-05:00"  # 09-15 03:00Z
+    body = gzip_json(document)
+    batches_stored([(
+        IngestBatch(node=node.node, batch_id=document["batch_id"], signed_at=timezone.now(),
+                    received_at=timezone.now(), body_sha256="0" * 64, window_count=1, answer={}),
+        body,
+    )])  # fmt: skip
+    assert process().windows == 1
+    assert IngestBatch.objects.get().status == "processed"
+    assert list(TelemetryWindow.objects.values_list("window_start", flat=True)) == [
+        dt.datetime(2026, 9, 15, 3, 0, tzinfo=dt.UTC)
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [partition_name(dt.date(2026, 9, 15))])
+        assert cursor.fetchone()[0] is not None
