@@ -601,6 +601,8 @@ def _impossible(w: Window) -> str | None:
 
     Written out field by field: it runs for every window, and a loop over getattr costs
     several times as much."""
+    if w.samples_expected == 0:
+        return "samples_expected is 0: a window is made of samples"
     if w.samples_ok > w.samples_expected:
         return f"samples_ok {w.samples_ok} > samples_expected {w.samples_expected}"
     s: Any
@@ -610,12 +612,15 @@ def _impossible(w: Window) -> str | None:
         ("mem_used_bytes", w.mem_used_bytes),
         ("temp_c", w.temp_c),
         ("clock_sm_mhz", w.clock_sm_mhz),
+        ("clock_mem_mhz", w.clock_mem_mhz),
     ):
         if s is not None and (s.min > s.avg + _EPS or s.avg > s.max + _EPS):
             return f"{name}: min {s.min}, avg {s.avg}, max {s.max} are out of order"
     p = w.power_w
     if p is not None and p.avg > p.max + _EPS:
         return f"power_w: avg {p.avg} > max {p.max}"
+    if p is not None and p.min is not None and p.min > p.avg + _EPS:
+        return f"power_w: min {p.min} > avg {p.avg}"
     mem, total = w.mem_used_bytes, w.mem_total_bytes
     if mem is not None and total is not None and mem.max > total:
         return f"mem_used_bytes.max {mem.max} > mem_total_bytes {total}"
@@ -647,15 +652,18 @@ def _window_row(w: Window, gpu_id: Any, node_id: Any, batch_pk: int) -> tuple[An
 def _fine(w: Window) -> bool:
     """True when no cross-field check can fail: the common case, in a few comparisons."""
     u, m, mem, t, sm, p = w.util_gpu, w.util_mem, w.mem_used_bytes, w.temp_c, w.clock_sm_mhz, w.power_w  # fmt: skip  # noqa: E501
+    cm = w.clock_mem_mhz
     return (
-        w.samples_ok <= w.samples_expected
+        0 < w.samples_expected
+        and w.samples_ok <= w.samples_expected
         and (u is None or u.min <= u.avg <= u.max)
         and (m is None or m.min <= m.avg <= m.max)
         and (mem is None or (mem.min <= mem.avg <= mem.max
                              and (w.mem_total_bytes is None or mem.max <= w.mem_total_bytes)))
         and (t is None or t.min <= t.avg <= t.max)
         and (sm is None or sm.min <= sm.avg <= sm.max)
-        and (p is None or p.avg <= p.max)
+        and (cm is None or cm.min <= cm.avg <= cm.max)
+        and (p is None or (p.avg <= p.max and (p.min is None or p.min <= p.avg)))
     )  # fmt: skip
 
 

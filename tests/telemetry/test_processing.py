@@ -629,6 +629,24 @@ def test_a_chunk_commits_as_usual_while_redis_is_down(
     assert HourlyRollup.objects.get().windows == 1
 
 
+def test_windows_without_samples_or_with_clocks_or_power_out_of_order_are_rejected(node, post):
+    g0 = node.gpus[0].nvml_uuid
+    send(post, node, [
+        window(g0, at(0), samples_ok=0, samples_expected=0),
+        window(g0, at(1), clock_mem_mhz={"min": 9000.0, "avg": 100.0, "max": 5.0}),
+        window(g0, at(2), power_w={"min": 900.0, "avg": 100.0, "max": 200.0}),
+        window(g0, at(3)),
+    ])  # fmt: skip
+    result = process()
+    assert (result.windows, result.rejected) == (1, 3)
+    details = list(RejectedRecord.objects.order_by("index").values_list("reason", "detail"))
+    assert [reason for reason, _ in details] == ["impossible_value"] * 3
+    assert "samples_expected is 0" in details[0][1]
+    assert "clock_mem_mhz: min 9000.0, avg 100.0, max 5.0" in details[1][1]
+    assert "power_w: min 900.0 > avg 100.0" in details[2][1]
+    assert list(TelemetryWindow.objects.values_list("window_start", flat=True)) == [at(3)]
+
+
 def test_a_stored_batch_with_another_utc_offset_is_filed_under_its_utc_day(db):
     """The endpoint now refuses offsets other than UTC; a batch stored before it did still
     goes to the partition of its UTC day, not of the day its offset names."""
