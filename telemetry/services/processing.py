@@ -62,7 +62,13 @@ WINDOW_TYPES = (
 # carry uuid.UUID objects; rows for these carry ``UUID.bytes``.
 WINDOW_WIRE_TYPES = tuple("bytea" if t == "uuid" else t for t in WINDOW_TYPES)
 COPY_WINDOWS = f"COPY telemetry_window ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
-COPY_STAGE = f"COPY telemetry_window_stage ({', '.join(WINDOW_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+# The TEMP stage of a chunk that replays windows: the rows, and each one's place in the chunk.
+COPY_STAGE = (
+    f"COPY telemetry_window_replay ({', '.join(WINDOW_COLUMNS)}, ord) FROM STDIN (FORMAT BINARY)"
+)
+# What a window says (all but its keys and the batch that brought it): a second copy of a
+# stored (GPU, minute) that says anything else is a conflict, not a replay.
+_WINDOW_CONTENT = [c for c in WINDOW_COLUMNS if c not in ("gpu_id", "window_start", "batch_id")]
 
 
 @dataclass
@@ -322,6 +328,8 @@ class _Work:
     # (NVML UUID, UTC hour) → the earliest window_start touched there.
     marks: dict[tuple[str, dt.datetime], dt.datetime] = field(default_factory=dict)
     gpu_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # NVML UUID → GPU id
+    # Staged path only: each of window_rows' batch, index in it and window.
+    window_refs: list[tuple[_Loaded, int, Window]] = field(default_factory=list)
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     rejections: list[tuple[Any, ...]] = field(default_factory=list)
 
@@ -697,7 +705,7 @@ def _validate_and_write(
             return work
     work = _validate(loaded, placed, now=now, floor=floor, emit=None)
     if work.window_rows:
-        _windows_stage(cursor, work.window_rows)
+        _windows_stage(cursor, work)
     return work
 
 
@@ -753,6 +761,7 @@ def _validate(
                 emit(row)  # streamed: only the staged path (no emit) needs the rows kept
             else:
                 rows.append(row)
+                work.window_refs.append((item, index, w))
             hour = hour_of.get(start)
             if hour is None:
                 hour = hour_of[start] = start.astimezone(dt.UTC).replace(
@@ -822,22 +831,52 @@ def _to_builtins(value: Any) -> Any:
     return json.loads(msgspec.json.encode(value), parse_constant=lambda c: None)
 
 
-def _windows_stage(cursor: Any, rows: list[tuple[Any, ...]]) -> None:
+def _windows_stage(cursor: Any, work: _Work) -> None:
     """Binary COPY into a TEMP stage, then ``INSERT … ON CONFLICT DO NOTHING``: for chunks
-    that replay windows already stored."""
+    that replay windows already stored, or carry one (GPU, minute) twice.
+
+    The first copy stored wins: the one already in the table, else the earliest in the
+    chunk. A later copy that says the same is a replay, counted as accepted. One that says
+    anything else is rejected as a ``conflict``, recorded with what it said, and not counted
+    as accepted."""
     cursor.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS telemetry_window_stage "
-        "(LIKE telemetry_window INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+        "CREATE TEMP TABLE IF NOT EXISTS telemetry_window_replay "
+        "(LIKE telemetry_window INCLUDING DEFAULTS, ord integer) ON COMMIT DELETE ROWS"
     )
     with cursor.copy(COPY_STAGE) as copy:
-        copy.set_types(WINDOW_WIRE_TYPES)
-        for row in rows:
-            copy.write_row(row)
+        copy.set_types((*WINDOW_WIRE_TYPES, "int4"))
+        for ord_, row in enumerate(work.window_rows):
+            copy.write_row((*row, ord_))
+    columns = ", ".join(WINDOW_COLUMNS)
     cursor.execute(
-        "INSERT INTO telemetry_window SELECT * FROM telemetry_window_stage "
-        "ORDER BY gpu_id, window_start ON CONFLICT DO NOTHING"
+        f"INSERT INTO telemetry_window ({columns}) SELECT {columns} "  # noqa: S608
+        "FROM telemetry_window_replay ORDER BY gpu_id, window_start, ord ON CONFLICT DO NOTHING"
     )
-    cursor.execute("TRUNCATE telemetry_window_stage")
+    ours = ", ".join(f"s.{c}" for c in _WINDOW_CONTENT)
+    stored = ", ".join(f"w.{c}" for c in _WINDOW_CONTENT)
+    cursor.execute(
+        f"""
+        SELECT s.ord, w.batch_id
+          FROM telemetry_window_replay s
+          JOIN telemetry_window w ON w.gpu_id = s.gpu_id AND w.window_start = s.window_start
+         WHERE w.window_start >= (SELECT min(window_start) FROM telemetry_window_replay)
+           AND w.window_start <= (SELECT max(window_start) FROM telemetry_window_replay)
+           AND ({ours}) IS DISTINCT FROM ({stored})
+         ORDER BY s.ord
+        """  # noqa: S608 - column names only
+    )
+    for ord_, kept_batch in cursor.fetchall():
+        item, index, w = work.window_refs[ord_]
+        item.accepted_windows -= 1
+        item.rejected += 1
+        start = w.window_start.astimezone(dt.UTC)
+        work.rejections.append(
+            (item.id, item.node_id, "window", index, w.gpu_uuid, w.window_start, "conflict",
+             f"GPU {w.gpu_uuid} at {start:%Y-%m-%dT%H:%M:%SZ} is already stored, with other "
+             f"values, from batch {kept_batch}; the first copy is kept",
+             _to_builtins(w))
+        )  # fmt: skip
+    cursor.execute("TRUNCATE telemetry_window_replay")
 
 
 def _events_write(cursor: Any, rows: list[tuple[Any, ...]]) -> list[tuple[uuid.UUID, dt.datetime]]:

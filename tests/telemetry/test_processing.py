@@ -647,6 +647,34 @@ def test_windows_without_samples_or_with_clocks_or_power_out_of_order_are_reject
     assert list(TelemetryWindow.objects.values_list("window_start", flat=True)) == [at(3)]
 
 
+def test_a_copy_of_a_stored_minute_that_says_otherwise_is_rejected_as_a_conflict(node, post):
+    """The first copy stored wins; a later one that says the same is a replay (accepted),
+    one that says anything else is a recorded ``conflict``, never silently dropped."""
+    gpu = node.gpus[0]
+    g0 = gpu.nvml_uuid
+    # Two different windows for one minute in one batch: the first in the batch is kept.
+    send(post, node, [window(g0, at(0)), window(g0, at(0), state="down", util_gpu=None)])
+    result = process()
+    assert (result.windows, result.rejected) == (1, 1)
+    first = IngestBatch.objects.get()
+    assert (first.accepted_windows, first.rejected_count) == (1, 1)
+    conflict = RejectedRecord.objects.get()
+    assert (conflict.reason, conflict.index, conflict.gpu_uuid) == ("conflict", 1, g0)
+    assert f"already stored, with other values, from batch {first.pk}" in conflict.detail
+    assert conflict.payload["state"] == "down"
+    # A replay of the kept window, and a new minute: both accepted, nothing rejected.
+    send(post, node, [window(g0, at(0)), window(g0, at(1))])
+    assert (process().windows, RejectedRecord.objects.count()) == (2, 1)
+    # A later batch that says something else about a stored minute: rejected, stored row kept.
+    send(post, node, [window(g0, at(1), util_gpu={"min": 1.0, "avg": 2.0, "max": 3.0})])
+    result = process()
+    assert (result.windows, result.rejected) == (0, 1)
+    assert RejectedRecord.objects.filter(reason="conflict").count() == 2
+    stored = TelemetryWindow.objects.filter(gpu=gpu).order_by("window_start")
+    assert [(w.state, w.util_gpu_avg) for w in stored] == [("up", 50.0), ("up", 50.0)]
+    assert sum(IngestBatch.objects.values_list("accepted_windows", flat=True)) == 3
+
+
 def test_a_stored_batch_with_another_utc_offset_is_filed_under_its_utc_day(db):
     """The endpoint now refuses offsets other than UTC; a batch stored before it did still
     goes to the partition of its UTC day, not of the day its offset names."""
