@@ -94,8 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enrol-only", action="store_true", help="enrol, write the key file, exit")
     p.add_argument("--force", action="store_true", help="with --enrol-only: replace a key file")
     p.add_argument("--ca-file", help="CA bundle for an HTTPS server")
-    p.add_argument("--spool-max-mb", type=float, default=256.0)
-    p.add_argument("--spool-max-age-h", type=float, default=14 * 24.0)
+    # Caps only so the node's disk cannot fill: 90 days is the server's raw retention (older
+    # windows are refused there anyway); 1 GiB holds more than that of an 8-GPU node.
+    p.add_argument("--spool-max-mb", type=float, default=1024.0)
+    p.add_argument("--spool-max-age-h", type=float, default=90 * 24.0)
     p.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to deliver at exit")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--version", action="version", version=f"steward-agent {__version__}")

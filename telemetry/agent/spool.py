@@ -95,8 +95,8 @@ class Spool:
         path: str,
         *,
         clock: Clock,
-        max_bytes: int = 256 * 1024 * 1024,
-        max_age_s: float = 14 * 24 * 3600,
+        max_bytes: int = 1024 * 1024 * 1024,
+        max_age_s: float = 90 * 24 * 3600,
         dead_letter_max: int = 1000,
     ) -> None:
         self.path = path
