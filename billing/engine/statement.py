@@ -12,12 +12,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
 from typing import Protocol
 
-from billing.engine.intervals import Interval, intersect, normalize
+from billing.engine.intervals import Interval, intersect, subtract
 from billing.engine.money import CENT, money_context, round_cents, split_largest_remainder
 from billing.engine.usage import Measure
 
@@ -149,16 +150,32 @@ def _rental_exact(gpu: GpuInputs, window: Interval) -> Fraction:
     return total
 
 
-def _pieces(window: Interval, rates: Sequence[RateTerms]) -> list[tuple[Interval, RateTerms]]:
+def _pieces(
+    window: Interval, rates: Sequence[RateTerms]
+) -> tuple[list[tuple[Interval, RateTerms]], list[Interval]]:
+    """``window`` cut where the rate card in force changes, and the gaps no card covers."""
     if len(rates) == 1 and intersect([window], [rates[0].interval]) == [window]:
-        return [(window, rates[0])]  # one card in force over all of it (most GPUs)
+        return [(window, rates[0])], []  # one card in force over all of it (most GPUs)
     out: list[tuple[Interval, RateTerms]] = []
     for terms in rates:
         out.extend((piece, terms) for piece in intersect([window], [terms.interval]))
-    covered = normalize(p for p, _ in out)
-    if covered != normalize([window]):
-        raise ValueError(f"no rate card in force for part of {window}")
-    return sorted(out, key=lambda pair: pair[0].start)
+    gaps = subtract([window], [p for p, _ in out])
+    return sorted(out, key=lambda pair: pair[0].start), gaps
+
+
+def _uncharged_gap(gap: Interval, measure: Measure, revenue: Fraction) -> None:
+    """A time no rate card covers is fine when there is nothing to charge in it: the GPU was
+    not in service in the cluster, used no energy and earned nothing. Otherwise it is an
+    error the operator must fix with a rate card."""
+    if measure.in_service_s or measure.energy_kwh or revenue:
+        raise ValueError(
+            f"no rate card is in force from {_iso(gap.start)} to {_iso(gap.end)}, while "
+            "the GPU was in service there; add a rate card that covers it"
+        )
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def cluster_lines(
@@ -285,8 +302,8 @@ def _single_run_lines(
     """
     if run.share_bps != FULL_BPS or run.interval != period:
         return None
-    pieces = _pieces(run.interval, rates)
-    if len(pieces) != 1:
+    pieces, gaps = _pieces(run.interval, rates)
+    if len(pieces) != 1 or gaps:
         return None
     terms = pieces[0][1]
     rental_cents = round_cents(Decimal(0))
@@ -397,7 +414,10 @@ def _line(
     power = Fraction(0)
     fee_weighted = Fraction(0)
     revenue_total = Fraction(0)
-    for piece, terms in _pieces(run.interval, rates):
+    pieces, gaps = _pieces(run.interval, rates)
+    for gap in gaps:
+        _uncharged_gap(gap, gpu.timeline.measure(gap), exact_revenue(gap))
+    for piece, terms in pieces:
         measure = gpu.timeline.measure(piece)
         hosting_fee, pue, price_per_kwh, fee_pct = _exact_terms(terms)
         charged_s = measure.in_service_s

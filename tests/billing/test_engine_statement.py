@@ -241,7 +241,8 @@ def test_missing_rate_card_is_an_error_not_a_zero():
         timeline=GpuTimeline(in_service=[FOREVER], minutes=[]),
         ownership=[OwnershipSlice(FOREVER, {"alice": 10_000})],
     )
-    with pytest.raises(ValueError, match="no rate card in force"):
+    match = "no rate card is in force from 2026-03-02 00:00:00 UTC to 2026-04-01 00:00:00 UTC"
+    with pytest.raises(ValueError, match=match):
         cluster_lines(
             period=MARCH,
             gpus=[gpu],
@@ -249,3 +250,23 @@ def test_missing_rate_card_is_an_error_not_a_zero():
             pool_basis=PoolBasis.UP_SECONDS,
             rates=[terms(interval=Interval(FOREVER.start, datetime(2026, 3, 2, tzinfo=UTC)))],
         )
+
+
+def test_no_rate_card_is_needed_where_there_is_nothing_to_charge():
+    """A GPU owned all month but in service in the cluster only from the 10th, when the
+    cluster's first card starts: the days before charge nothing, so they need no card."""
+    opened = datetime(2026, 3, 10, tzinfo=UTC)
+    gpu = GpuInputs(
+        key="SN-1",
+        timeline=GpuTimeline(in_service=[Interval(opened, FOREVER.end)], minutes=[]),
+        ownership=[OwnershipSlice(FOREVER, {"alice": 10_000})],
+    )
+    (line,) = cluster_lines(
+        period=MARCH,
+        gpus=[gpu],
+        pool_amount=D("0.00"),
+        pool_basis=PoolBasis.UP_SECONDS,
+        rates=[terms(interval=Interval(opened, FOREVER.end))],
+    ).lines
+    # 100.00 × 22 of 31 days in service = 70.967… → 70.97.
+    assert (line.measure.in_service_s, line.hosting_fee) == (22 * 86_400, D("70.97"))
