@@ -3,9 +3,14 @@
 A key reads owner accounts, per scope:
 
 * a **partner key** — owners with a live grant to its partner whose scopes include the
-  scope, if the key's own scopes do too;
+  scope, if the key's own scopes do too and the user who made it still belongs to the
+  partner (or is an operator: the users who may make a partner's keys);
 * a **personal key** — its owner account, if the key's scopes include the scope and the user
   who made it is still an active member of that account.
+
+Earnings (``statements:read``) need one more thing of a personal key: its maker has
+acknowledged the current risk disclosure (``earnings_refusal``), as the portal asks of an
+owner before any earnings page. A partner key is not asked: see docs/api.md, Keys.
 
 Everything served is filtered through ``owner_ids_for_caller`` on every request, so a revoked
 grant, a revoked key or a removed member stops working at the next request. A GPU is visible
@@ -37,7 +42,17 @@ from django.db.models.expressions import RawSQL
 from django.http import Http404
 from django.utils import timezone
 
-from accounts.models import ApiKey, Membership, Owner, PartnerGrant, User
+from accounts.models import (
+    ApiKey,
+    Disclosure,
+    DisclosureAcknowledgement,
+    Membership,
+    Owner,
+    PartnerGrant,
+    PartnerMember,
+    User,
+)
+from accounts.selectors import disclosure_acknowledged, disclosure_current
 from billing.models import Payout, Statement
 from fleet.models import (
     Cluster,
@@ -60,6 +75,10 @@ class Caller:
 
     key: ApiKey
     _owner_ids: dict[str, list[uuid.UUID]] = field(default_factory=dict, repr=False)
+    # The current risk disclosure's version (None: none published) and whether the key's
+    # maker acknowledged it, as read with the key (``key_for_request``).
+    disclosure_version: str | None = None
+    disclosure_acknowledged: bool = False
 
     is_authenticated: ClassVar[bool] = True
     is_anonymous: ClassVar[bool] = False
@@ -83,7 +102,7 @@ def owner_ids_by_orm(*, key: ApiKey, scope: str) -> list[uuid.UUID]:
     (tests/api/test_key_lookup.py compares them)."""
     ids: list[uuid.UUID] = []
     if scope in key.scopes:
-        if key.partner_id is not None:
+        if key.partner_id is not None and maker_belongs_by_orm(key=key):
             grants = PartnerGrant.objects.filter(
                 partner_id=key.partner_id, revoked_at__isnull=True, scopes__contains=[scope]
             )
@@ -96,10 +115,50 @@ def owner_ids_by_orm(*, key: ApiKey, scope: str) -> list[uuid.UUID]:
     return ids
 
 
+def maker_belongs_by_orm(*, key: ApiKey) -> bool:
+    """Whether a partner key's maker still belongs to its partner: an active user who is one
+    of its members or an operator (who may make a partner's keys). Always true of a personal
+    key (its rule is in ``owner_ids_by_orm``). The reference for ``KeyLookup.maker_belongs``."""
+    if key.partner_id is None:
+        return True
+    user = key.created_by
+    return user.is_active and (
+        user.is_staff
+        or PartnerMember.objects.filter(partner_id=key.partner_id, user_id=user.pk).exists()
+    )
+
+
+def disclosure_by_orm(*, key: ApiKey) -> tuple[str | None, bool]:
+    """The current disclosure's version and whether the key's maker acknowledged it: the
+    reference for ``KeyLookup.disclosure_version`` and ``disclosure_acknowledged``."""
+    current = disclosure_current()
+    if current is None:
+        return None, False
+    return current.version, disclosure_acknowledged(user=key.created_by, disclosure=current)
+
+
+def earnings_refusal(*, caller: Caller) -> str | None:
+    """Why ``caller`` may not read earnings now, or None if it may. A personal key reads them
+    only once its maker has acknowledged the current disclosure version (DESIGN, Disclosures:
+    the portal's ``earnings_view`` rule). A partner key is not an owner and is not asked."""
+    if caller.key.owner_id is None:
+        return None
+    if caller.disclosure_version is None:
+        return "No risk disclosure is published yet, so no earnings are shown to personal keys."
+    if not caller.disclosure_acknowledged:
+        return (
+            f"Acknowledge the risk disclosure, version {caller.disclosure_version}, in the "
+            "portal (/disclosure/) before this personal key can read earnings."
+        )
+    return None
+
+
 # The key of a request, the user who made it, and what the key may reach (a partner key: the
-# partner's live grants with their scopes; a personal key: the maker's membership of its
-# owner), in one query, for ``key_for_request``. Plain SQL: the ORM would spend more CPU
-# compiling these than the database spends answering them, on every request.
+# partner's live grants with their scopes, and whether its maker still belongs to the
+# partner; a personal key: the maker's membership of its owner), with the current disclosure
+# version and whether the maker acknowledged it, in one query, for ``key_for_request``.
+# Plain SQL: the ORM would spend more CPU compiling these than the database spends answering
+# them, on every request.
 _KEY_FIELDS = ApiKey._meta.concrete_fields
 _USER_FIELDS = User._meta.concrete_fields
 _KEY_SQL = f"""
@@ -110,7 +169,16 @@ SELECT {", ".join(f'k."{f.column}"' for f in _KEY_FIELDS)},
          WHERE g.partner_id = k.partner_id AND g.revoked_at IS NULL) AS grants,
        (SELECT json_agg(m.owner_id)
           FROM {Membership._meta.db_table} m
-         WHERE m.owner_id = k.owner_id AND m.user_id = k.created_by_id) AS memberships
+         WHERE m.owner_id = k.owner_id AND m.user_id = k.created_by_id) AS memberships,
+       (k.partner_id IS NULL OR u.is_staff OR EXISTS (
+          SELECT FROM {PartnerMember._meta.db_table} pm
+           WHERE pm.partner_id = k.partner_id AND pm.user_id = k.created_by_id)) AS belongs,
+       (SELECT json_build_array(d.version, EXISTS (
+                 SELECT FROM {DisclosureAcknowledgement._meta.db_table} a
+                  WHERE a.disclosure_id = d.id AND a.user_id = k.created_by_id))
+          FROM {Disclosure._meta.db_table} d
+         WHERE d.published_at IS NOT NULL
+         ORDER BY d.published_at DESC LIMIT 1) AS disclosure
   FROM {ApiKey._meta.db_table} k
   JOIN {User._meta.db_table} u ON u.id = k.created_by_id
  WHERE k.prefix = %s
@@ -120,10 +188,15 @@ SELECT {", ".join(f'k."{f.column}"' for f in _KEY_FIELDS)},
 @dataclass
 class KeyLookup:
     """The key with ``prefix`` (its ``created_by`` loaded) and, per scope of the key, the
-    owner accounts it may read (``owner_ids_for_caller`` as it is right now)."""
+    owner accounts it may read (``owner_ids_for_caller`` as it is right now); whether its
+    maker still belongs to its partner (``maker_belongs_by_orm``); the current disclosure's
+    version and whether its maker acknowledged it (``disclosure_by_orm``)."""
 
     key: ApiKey
     owner_ids: dict[str, list[uuid.UUID]]
+    maker_belongs: bool = True
+    disclosure_version: str | None = None
+    disclosure_acknowledged: bool = False
 
 
 def key_for_request(*, prefix: str) -> KeyLookup | None:
@@ -136,19 +209,27 @@ def key_for_request(*, prefix: str) -> KeyLookup | None:
         return None
     n = len(_KEY_FIELDS)
     key = ApiKey.from_db(connection.alias, [f.attname for f in _KEY_FIELDS], row[:n])
-    user = User.from_db(connection.alias, [f.attname for f in _USER_FIELDS], row[n:-2])
+    user = User.from_db(connection.alias, [f.attname for f in _USER_FIELDS], row[n:-4])
     key.created_by = user
-    grants, memberships = row[-2] or [], row[-1] or []
+    grants, memberships, belongs, disclosure = row[-4] or [], row[-3] or [], row[-2], row[-1]
+    belongs = bool(belongs) and (key.partner_id is None or user.is_active)
     owner_ids: dict[str, list[uuid.UUID]] = {}
     for scope in key.scopes:
-        if key.partner_id is not None:
+        if key.partner_id is not None and belongs:
             found = {owner for owner, scopes in grants if scope in scopes}
         elif key.owner_id is not None and user.is_active:
             found = set(memberships)
         else:
             found = set()
         owner_ids[scope] = sorted(uuid.UUID(owner) for owner in found)
-    return KeyLookup(key=key, owner_ids=owner_ids)
+    version, acknowledged = disclosure if disclosure is not None else (None, False)
+    return KeyLookup(
+        key=key,
+        owner_ids=owner_ids,
+        maker_belongs=belongs,
+        disclosure_version=version,
+        disclosure_acknowledged=bool(acknowledged),
+    )
 
 
 def owners_for_caller(*, caller: Caller) -> QuerySet[Owner]:

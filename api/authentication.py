@@ -20,7 +20,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     """Finds the key by its prefix and compares the token's SHA-256 in constant time. The same
     query reads what the key may reach (``api.access.key_for_request``), every request.
 
-    A revoked or expired key, a key whose partner or user is gone, answers 401 with the reason;
+    A revoked or expired key, a key whose partner or user is gone, a partner key whose maker no
+    longer belongs to the partner (left it, and is no operator), answers 401 with the reason;
     use is recorded at most once a minute (``accounts.services.api_key_touch``).
     """
 
@@ -49,9 +50,22 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("This API key has expired.")
         if not key.created_by.is_active:
             raise exceptions.AuthenticationFailed("The user who made this API key is inactive.")
+        assert found is not None
+        if not found.maker_belongs:
+            # As a personal key stops when its maker leaves the owner account: the key was
+            # made on the partner's behalf by someone who no longer acts for it.
+            raise exceptions.AuthenticationFailed(
+                "The user who made this API key no longer belongs to its partner."
+            )
         accounts.api_key_touch(key=key, at=now)
         # What the key may read, as read in the same query: ``api.access`` asks no more.
-        return Caller(key=key, _owner_ids=found.owner_ids if found is not None else {}), key
+        caller = Caller(
+            key=key,
+            _owner_ids=found.owner_ids,
+            disclosure_version=found.disclosure_version,
+            disclosure_acknowledged=found.disclosure_acknowledged,
+        )
+        return caller, key
 
     def authenticate_header(self, request: Request) -> str:
         return f'{self.keyword} realm="steward"'

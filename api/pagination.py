@@ -8,6 +8,7 @@ from typing import Any
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import models
 from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import ValidationError as BadQuery
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
@@ -20,10 +21,16 @@ class ApiCursorPagination(CursorPagination):
     it cannot decode with 404 "Invalid cursor"; a position that decodes but is not a value of
     the ordering field (``p=garbage`` or an instant without its offset for a timestamp, a NUL
     byte) would otherwise reach the database and fail there with a 500. It gets the same
-    404."""
+    404.
+
+    ``limit`` must be a whole number of at least 1 (else 400, naming it); one over
+    ``max_page_size`` is capped to it, not refused."""
 
     page_size = 100
     page_size_query_param = "limit"
+    page_size_query_description = (
+        "Results per page: a whole number from 1 (default 100); more than 500 counts as 500."
+    )
     max_page_size = 500
     ordering = "pk"
 
@@ -32,6 +39,23 @@ class ApiCursorPagination(CursorPagination):
     ) -> list[Any] | None:
         self._rows = queryset
         return super().paginate_queryset(queryset, request, view)
+
+    def get_page_size(self, request: Request) -> int:
+        text = request.query_params.get(self.page_size_query_param, "")
+        if text == "":
+            return self.page_size
+        digits = text.lstrip("0") if text.isascii() and text.isdigit() else ""
+        if not digits:
+            raise BadQuery(
+                {
+                    self.page_size_query_param: [
+                        f"Give a whole number from 1 to {self.max_page_size} (default "
+                        f"{self.page_size}; a larger one counts as {self.max_page_size})."
+                    ]
+                }
+            )
+        # Seven digits are past any maximum; a longer number is not parsed whole.
+        return min(int(digits[:7]), self.max_page_size)
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         cursor = super().decode_cursor(request)
@@ -77,9 +101,38 @@ class ApiOrderingFilter(OrderingFilter):
     Rows equal in the field asked for (statements published in one run, GPUs created in one
     import) would otherwise come in whatever order PostgreSQL finds them, which can differ
     between two requests for consecutive pages. An ordering that already ends in the id (a
-    view's default, such as the statements' ``-period_start, id``) is kept as it is."""
+    view's default, such as the statements' ``-period_start, id``) is kept as it is.
+
+    A field the list does not order by is a 400 that names the ones it does (DRF would drop
+    it silently and use the default)."""
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
+        allowed = [f if isinstance(f, str) else f[0] for f in getattr(view, "ordering_fields", ())]
+        for parameter in parameters:
+            if parameter["name"] == self.ordering_param:
+                parameter["description"] = (
+                    f"Order by {', '.join(allowed)}; a leading - reverses. Anything else is a 400."
+                    if allowed
+                    else "This list has one order: any value is a 400."
+                )
+        return parameters
 
     def get_ordering(self, request: Request, queryset: Any, view: Any) -> list[str] | None:
+        wanted = request.query_params.get(self.ordering_param, "")
+        terms = [term.strip() for term in wanted.split(",")] if wanted else []
+        allowed = [name for name, _ in self.get_valid_fields(queryset, view, {"request": request})]
+        unknown = [term for term in terms if term.removeprefix("-") not in allowed]
+        if unknown:
+            choices = ", ".join(f"{name}, -{name}" for name in allowed)
+            raise BadQuery(
+                {
+                    self.ordering_param: [
+                        f"Cannot order by {', '.join(unknown)}; "
+                        + (f"order by one of {choices}." if allowed else "this list has one order.")
+                    ]
+                }
+            )
         ordering = super().get_ordering(request, queryset, view)
         if not ordering:
             return None

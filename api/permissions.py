@@ -8,7 +8,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from accounts.models import ApiScope
-from api.access import Caller
+from api.access import Caller, earnings_refusal
 
 
 class _HasScope(BasePermission):
@@ -33,7 +33,20 @@ class TelemetryRead(_HasScope):
 
 
 class StatementsRead(_HasScope):
+    """Earnings: the scope, and for a personal key its maker's acknowledgement of the current
+    risk disclosure (``api.access.earnings_refusal``), refused with 403 and what to do."""
+
     scope = ApiScope.STATEMENTS_READ
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        caller: Any = request.user  # a Caller: the scope check above made sure
+        refusal = earnings_refusal(caller=caller)
+        if refusal is not None:
+            self.message = refusal
+            return False
+        return True
 
 
 class AnyScope(BasePermission):

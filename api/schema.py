@@ -29,7 +29,10 @@ _PROBLEM = {
 _ERRORS = {
     "400": "The query is not valid; `errors` says why, by parameter.",
     "401": "No key, or a key that is not valid, revoked or expired.",
-    "403": "The key lacks the scope this endpoint needs.",
+    "403": (
+        "The key lacks the scope this endpoint needs; or, for earnings, a personal key whose "
+        "maker has not acknowledged the current risk disclosure."
+    ),
     "404": "No such thing, or none this key may read.",
     "406": "The Accept header asks for a type this endpoint does not serve.",
     "429": "Too many requests for this key; see Retry-After.",

@@ -42,7 +42,9 @@ class HoldingSerializer(serializers.ModelSerializer[Ownership]):
 class OwnershipSerializer(serializers.ModelSerializer[Ownership]):
     class Meta:
         model = Ownership
-        fields = ("id", "owner_id", "share_bps", "valid_from", "valid_to", "reason")
+        # Not ``reason``: its free text may name the other party of a sale or transfer (the
+        # portal and the ``ownership.changed`` webhook keep it private too).
+        fields = ("id", "owner_id", "share_bps", "valid_from", "valid_to")
 
 
 class PlacementNowSerializer(serializers.Serializer[Any]):

@@ -3,6 +3,7 @@ asks ``api.access`` for what the caller may see, and serializes it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from collections.abc import Callable, Sequence
@@ -17,8 +18,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound
-from rest_framework.filters import BaseFilterBackend
+from rest_framework.filters import BaseFilterBackend, OrderingFilter
 from rest_framework.generics import GenericAPIView, ListAPIView, RetrieveAPIView
+from rest_framework.mixins import ListModelMixin
 from rest_framework.pagination import BasePagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -80,6 +82,22 @@ class ApiView(GenericAPIView[Any]):
         assert isinstance(caller, Caller)
         return caller
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # the key, its scope, its rate first
+        if request.method in ("GET", "HEAD") and isinstance(self, ListModelMixin):
+            self.refuse_unknown_query()
+
+    def refuse_unknown_query(self) -> None:
+        """400 naming query parameters a list does not take: a typo (``ownr=``) would
+        otherwise answer the whole list as if it had filtered it."""
+        known = _query_names(type(self))
+        unknown = sorted(set(self.request.query_params) - known)
+        if unknown:
+            takes = ", ".join(sorted(known)) or "no parameters"
+            raise serializers.ValidationError(
+                {name: [f"Unknown query parameter; this list takes {takes}."] for name in unknown}
+            )
+
     def query(self) -> dict[str, Any]:
         """The validated query parameters (400 with the reason otherwise)."""
         if self.filter_serializer is None:
@@ -87,6 +105,22 @@ class ApiView(GenericAPIView[Any]):
         params = self.filter_serializer(data=self.request.query_params)
         params.is_valid(raise_exception=True)
         return dict(params.validated_data)
+
+
+@functools.cache
+def _query_names(view: type[ApiView]) -> frozenset[str]:
+    """The query parameters a list view takes: its filters, the paginator's and the ordering
+    filter's. Per class, once: building the filter serializer's fields costs CPU."""
+    names = set(view.filter_serializer().fields) if view.filter_serializer is not None else set()
+    if view.pagination_class is not None:
+        paginator: Any = view.pagination_class()
+        for attribute in ("cursor_query_param", "page_size_query_param"):
+            if getattr(paginator, attribute, None):
+                names.add(getattr(paginator, attribute))
+    for backend in view.filter_backends:
+        if issubclass(backend, OrderingFilter):
+            names.add(backend.ordering_param)
+    return frozenset(names)
 
 
 def _filters(serializer: type[serializers.Serializer[Any]]) -> Any:

@@ -14,10 +14,12 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from accounts import services as accounts
-from accounts.models import ApiKey, Owner, PartnerGrant
+from accounts.models import ApiKey, ApiScope, Owner, PartnerGrant
 from portal.access import (
     api_key_for_user,
     api_keys_for_user,
@@ -27,7 +29,7 @@ from portal.access import (
     partner_grants_for_user,
 )
 from portal.forms import ApiKeyForm, PartnerGrantForm
-from portal.views.common import now, owner_view, the_user
+from portal.views.common import disclosure_is_acknowledged, now, owner_view, the_user
 
 
 def _choices(owners: list[Owner]) -> list[tuple[str, str]]:
@@ -109,13 +111,26 @@ def partner_revoke(request: HttpRequest, grant_id: int) -> HttpResponseBase:
 @owner_view
 def api_keys(request: HttpRequest) -> HttpResponseBase:
     """Keys of the user's accounts the user made (all of an account's, for its admin); a new
-    key's token is shown on this answer only, never again."""
+    key's token is shown on this answer only, never again. A key that reads earnings
+    (``statements:read``) is made only once the user has acknowledged the current risk
+    disclosure (``earnings_view``'s gate): until then the user is sent to it, and back here."""
     user = the_user(request)
     owners = list(owners_of_user(user=user))
     form = ApiKeyForm(request.POST or None, owners=_choices(owners))
     created: tuple[ApiKey, str] | None = None
     status = 200
     if request.method == "POST":
+        if (
+            form.is_valid()
+            and ApiScope.STATEMENTS_READ in form.cleaned_data["scopes"]
+            and not disclosure_is_acknowledged(user)
+        ):
+            messages.info(
+                request,
+                "Acknowledge the risk disclosure before making a key that reads statements.",
+            )
+            query = urlencode({"next": reverse("portal:api-keys")})
+            return redirect(f"{reverse('portal:disclosure')}?{query}")
         if form.is_valid():
             owner = next(o for o in owners if str(o.pk) == form.cleaned_data["owner"])
             try:

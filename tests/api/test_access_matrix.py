@@ -87,6 +87,8 @@ def test_no_object_leaks_to_a_caller_who_may_not_read_it(world, endpoint, caller
     token = None if caller == "anonymous" else world.keys[caller]
     response = client_for(token).get(_url(endpoint, world))
     body = _text(response)
+    for private_text in world.a.private + world.b.private:  # to no one, ever
+        assert private_text not in body, f"{caller} sees {private_text!r} at {endpoint.path}"
 
     if caller in REFUSED and not (caller == "key_lacks_scope" and endpoint.scope is None):
         expected = REFUSED[caller]

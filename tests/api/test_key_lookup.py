@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from accounts import services as accounts
-from accounts.models import ApiKey, ApiScope, Membership, Owner, User
+from accounts.models import ApiKey, ApiScope, Membership, Owner, PartnerMember, User
 from api import access
 from tests.api.conftest import ALL_SCOPES, key_for
 
@@ -37,6 +37,11 @@ def _assert_same(prefixes: list[str]) -> None:
         assert found.key.created_by_id == user["id"]
         assert _fields(found.key.created_by) == user
         assert found.owner_ids == ids
+        reference = ApiKey.objects.select_related("created_by").get(prefix=prefix)
+        assert found.maker_belongs == access.maker_belongs_by_orm(key=reference)
+        assert (found.disclosure_version, found.disclosure_acknowledged) == (
+            access.disclosure_by_orm(key=reference)
+        )
         for scope, reference in ids.items():
             assert [type(i) for i in found.owner_ids[scope]] == [type(i) for i in reference]
 
@@ -65,7 +70,11 @@ def test_the_one_query_reads_what_the_orm_reads(
         key_for(by=bob, scopes=ALL_SCOPES, owner=bob_owner, name="bob"),
     ]
     prefixes = [_prefix(t) for t in tokens]
-    _assert_same(prefixes)  # no grants yet
+    _assert_same(prefixes)  # no grants yet, no disclosure published
+    disclosure = accounts.disclosure_standard_ensure()
+    _assert_same(prefixes)  # published, acknowledged by no one
+    accounts.disclosure_acknowledge(user=alice, disclosure=disclosure, ip=None, user_agent="t")
+    _assert_same(prefixes)
 
     fleet = accounts.partner_grant_create(
         owner=alice_owner, partner=carol_partner, scopes=[ApiScope.FLEET_READ], by=alice
@@ -90,4 +99,8 @@ def test_the_one_query_reads_what_the_orm_reads(
     _assert_same(prefixes)
     accounts.api_key_revoke(key=ApiKey.objects.get(prefix=prefixes[2]), by=alice)
     _assert_same(prefixes)
+    PartnerMember.objects.filter(user=carol).delete()  # a partner key's maker who left
+    _assert_same(prefixes)
+    oscar_key = key_for(by=oscar, scopes=ALL_SCOPES, partner=carol_partner, name="operator")
+    _assert_same([*prefixes, _prefix(oscar_key)])  # an operator's: no member, still belongs
     assert access.key_for_request(prefix="nosuchprefix") is None

@@ -181,6 +181,9 @@ def test_queries_per_request_do_not_grow_with_the_gpus(
         )
         token = key_for(by=carol, scopes=ALL_SCOPES, partner=carol_partner)
     else:
+        accounts.disclosure_acknowledge(  # an owner reads earnings once acknowledged
+            user=alice, disclosure=accounts.disclosure_standard_ensure(), ip=None, user_agent="t"
+        )
         token = key_for(by=alice, scopes=ALL_SCOPES, owner=alice_owner)
     client = client_for(token)
 

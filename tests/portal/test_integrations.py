@@ -162,6 +162,9 @@ def test_another_owners_grants_are_invisible_and_answer_404(
 def test_a_key_is_shown_once_works_on_the_api_and_stops_at_once_when_revoked(
     world, alice, alice_owner
 ):
+    accounts.disclosure_acknowledge(
+        user=alice, disclosure=accounts.disclosure_standard_ensure(), ip=None, user_agent="t"
+    )
     client = _login(alice)
     response = client.post(
         reverse("portal:api-keys"),
