@@ -11,6 +11,7 @@ with nothing new adds nothing.
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +20,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import CharField, Sum
 
 from accounts import selectors as accounts_selectors
 from accounts.models import User
@@ -27,6 +28,15 @@ from billing.models import Adjustment, Period, Statement, StatementLine
 from billing.services.closing import refuse_pending_telemetry
 from billing.services.computing import statements_compute
 from billing.services.periods import period_for_month
+
+
+def _key_length() -> int:
+    field = Adjustment._meta.get_field("idempotency_key")
+    assert isinstance(field, CharField) and field.max_length is not None
+    return field.max_length
+
+
+_KEY_LENGTH = _key_length()
 
 # owner, currency, gpu, starts_at, ends_at, and the line's rank among the statement's lines
 # with those five (0 but for a GPU that changed cluster: its lines repeat the same run).
@@ -64,6 +74,18 @@ def _keyed(owner: str, currency: str, wheres: list[tuple[str, str, str]]) -> lis
         keys.append((owner, currency, *where, seen[where]))
         seen[where] += 1
     return keys
+
+
+def _new_line_stem(period: Period, key: LineKey) -> str:
+    """The key stem of a line no published statement had (a late sale or transfer inside the
+    period). Spelled out, the line's key (two UUIDs, two instants) runs past the idempotency
+    key's length, so it is named by its SHA-256: fixed-length and deterministic, so a rerun
+    finds what it recorded. No spelled-out key was ever stored (each such run failed whole),
+    so nothing recorded before goes unrecognised."""
+    digest = hashlib.sha256("\x1f".join(map(str, key)).encode()).hexdigest()
+    prefix = f"reconcile:{period.pk}:new:"
+    room = _KEY_LENGTH - len(prefix) - len(":9999")  # the run counter after the stem
+    return prefix + digest[:room]
 
 
 def period_reconcile(*, period: Period, by: User) -> Reconciliation:
@@ -110,7 +132,7 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
     into = _next_open_period(period)
     plans: list[dict[str, Any]] = []
     for key in sorted(set(old_lines) | set(new_lines)):
-        owner, currency, gpu_id, starts_at, ends_at, rank = key
+        owner, currency, gpu_id, starts_at, ends_at, _ = key
         old = old_lines.get(key)
         statement: Statement | None = old[0] if old else None
         line: StatementLine | None = old[1] if old else None
@@ -123,8 +145,7 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
         stem = (
             f"reconcile:{period.pk}:line:{line.pk}"
             if line is not None
-            else f"reconcile:{period.pk}:new:{owner}:{currency}:{gpu_id}:{starts_at}:{ends_at}"
-            + (f"#{rank}" if rank else "")
+            else _new_line_stem(period, key)
         )
         difference = new_net - old_net - already[stem]
         if difference == 0:
