@@ -3,10 +3,12 @@
 Both steps are compare-and-set updates on the statement's status and hash, so publishing
 twice, or two approvals racing, publish exactly once; the database check
 ``billing_statement_published_by_a_second_operator`` refuses self-approval whatever the path.
-Before approving, the statement is recomputed from its frozen inputs and must reproduce its
-hash, and the stored totals and lines must be that content's (a draft is writable until then:
-a raw edit of its figures would otherwise be published under a hash that does not cover
-them). Approval writes the ``statement.published`` webhook event in the same transaction.
+Approval refuses a draft computed under a disclosure that is no longer current (each
+statement records the version it is issued under). Before approving, the statement is
+recomputed from its frozen inputs and must reproduce its hash, and the stored totals and
+lines must be that content's (a draft is writable until then: a raw edit of its figures
+would otherwise be published under a hash that does not cover them). Approval writes the
+``statement.published`` webhook event in the same transaction.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from django.db import transaction
 from django.db.models import Field
 from django.utils import timezone
 
+from accounts import selectors as accounts_selectors
 from accounts.models import Disclosure, User
 from billing.engine.document import BASIS, document_from_frozen, sha256_hex
 from billing.models import Period, Statement, StatementLine
@@ -69,6 +72,22 @@ def statement_reproduces(*, statement: Statement) -> bool:
     return stored == expected
 
 
+def refuse_superseded_disclosure(statement: Statement) -> None:
+    """A statement is issued under the disclosure current when it is published: its draft
+    took the version in force when it was computed, and a newer one may have come since."""
+    disclosure = accounts_selectors.disclosure_current()
+    issued_under = (statement.disclosure_version, statement.disclosure_sha256)
+    if disclosure is None or (disclosure.version, disclosure.text_sha256) != issued_under:
+        now = f"version {disclosure.version} is" if disclosure is not None else "none is"
+        raise ValidationError(
+            {
+                "statement": f"This draft was computed under disclosure version "
+                f"{statement.disclosure_version}, but {now} current now; recompute the "
+                "drafts of the period, then request publishing again."
+            }
+        )
+
+
 @transaction.atomic
 def statement_publish_request(*, statement: Statement, by: User) -> Statement:
     _operator(by, "request publishing of")
@@ -106,6 +125,7 @@ def statement_publish_approve(*, statement: Statement, by: User) -> Statement:
         )
     period = Period.objects.get(pk=current.period_id)
     refuse_pending_telemetry(period, "publish statements for")
+    refuse_superseded_disclosure(current)
     if not statement_reproduces(statement=current):
         raise ValidationError(
             {
