@@ -20,6 +20,24 @@ def _cents(name: str, amount: Decimal) -> None:
         raise ValidationError({name: f"{amount} has fractions of a cent."})
 
 
+def _owners_currency(owner: Owner, currency: str) -> None:
+    """An owner has one ledger, in their billing currency: an amount in any other would open
+    a second statement beside it."""
+    if len(currency) != 3 or not currency.isascii() or not currency.isalpha():
+        raise ValidationError({"currency": f"{currency!r} is not an ISO 4217 code (e.g. EUR)."})
+    if not currency.isupper():
+        raise ValidationError(
+            {"currency": f"{currency!r} is not an ISO 4217 code; write it in capitals."}
+        )
+    if currency != owner.billing_currency:
+        raise ValidationError(
+            {
+                "currency": f"{owner} is billed in {owner.billing_currency}, not {currency}; "
+                "amounts for them are in their billing currency."
+            }
+        )
+
+
 def _last_published(owner: Owner, currency: str) -> Statement | None:
     return (
         Statement.objects.filter(owner=owner, currency=currency, status=Statement.Status.PUBLISHED)
@@ -57,6 +75,7 @@ def payout_record(
     balance available, if its date falls in a period already closing or closed, or if it is
     dated before the end of the period of the owner's last published statement: such a
     payout would appear on no statement, and the balance would not count it."""
+    _owners_currency(owner, currency)
     _cents("amount", amount)
     if amount <= 0:
         raise ValidationError({"amount": "A payout is a positive amount."})
@@ -112,6 +131,7 @@ def adjustment_add(
 ) -> Adjustment:
     """A manual amount for an owner in an open period (a correction names what it corrects
     through reconciliation instead)."""
+    _owners_currency(owner, currency)
     _cents("amount", amount)
     if amount == 0:
         raise ValidationError({"amount": "An adjustment of zero changes nothing."})
