@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -31,6 +31,7 @@ from billing.services.computing import (
     StatementKey,
     statements_compute,
 )
+from billing.services.periods import month_bounds, period_label, span_label
 from telemetry.services.collector import collector_paused
 
 WRITE_CHUNK = 50  # statements per transaction
@@ -67,26 +68,66 @@ def _disclosure() -> Disclosure:
     return current
 
 
+def _refuse_out_of_order(period: Period) -> None:
+    """Balances carry forward in order (an opening balance is the latest published closing
+    balance before it), so a period closes only when all time from the first period up to it
+    is in closed periods, and before any later period starts closing: a month closed out of
+    order, or never closed at all, would be left out of every balance after it."""
+    earlier = Period.objects.filter(start__lt=period.start).only("start", "end", "status")
+    covered: datetime | None = None
+    for before in earlier.order_by("start"):
+        if covered is not None and before.start > covered:
+            _refuse_gap(start=covered, end=before.start)
+        if before.status != Period.Status.CLOSED:
+            raise ValidationError(
+                {"period": f"Close {period_label(before)} first: balances carry forward in order."}
+            )
+        covered = before.end if covered is None else max(covered, before.end)
+    if covered is not None and covered < period.start:
+        _refuse_gap(start=covered, end=period.start)
+    later = (
+        Period.objects.filter(start__gt=period.start)
+        .exclude(status=Period.Status.OPEN)
+        .order_by("start")
+        .first()
+    )
+    if later is not None:
+        raise ValidationError(
+            {
+                "period": f"{period_label(later)} is already {later.get_status_display().lower()}: "
+                f"periods close in order, as balances carry forward, so {period_label(period)} "
+                "cannot be closed after it."
+            }
+        )
+
+
+def _refuse_gap(*, start: datetime, end: datetime) -> None:
+    """No period covers ``[start, end)``: name its first month (or the whole gap, when it
+    is not made of calendar months) for the operator to create and close first."""
+    at = start.astimezone(UTC)
+    month = month_bounds(year=at.year, month=at.month)
+    missing = month if month[0] == at and month[1] <= end else (start, end)
+    label = span_label(start=missing[0], end=missing[1])
+    raise ValidationError(
+        {
+            "period": f"Close {label} first: it has no period yet, and balances carry forward "
+            f"in order. Create the period for {label}, close it and publish its statements."
+        }
+    )
+
+
 @transaction.atomic
 def period_close_start(*, period: Period, by: User) -> Period:
-    """open → closing. Refuses with unprocessed telemetry, an earlier period not closed, a
-    period not ended yet, or no published disclosure; changes nothing then."""
+    """open → closing. Refuses with unprocessed telemetry, an earlier month not closed (or
+    without a period), a later period closing or closed, a period not ended yet, or no
+    published disclosure; changes nothing then."""
     del by
     locked = Period.objects.select_for_update().get(pk=period.pk)
     if locked.status != Period.Status.OPEN:
         raise ValidationError({"period": f"Period {locked} is {locked.status}, not open."})
     if locked.end > timezone.now():
         raise ValidationError({"period": f"Period {locked} has not ended yet."})
-    earlier = (
-        Period.objects.filter(start__lt=locked.start)
-        .exclude(status=Period.Status.CLOSED)
-        .order_by("start")
-        .first()
-    )
-    if earlier is not None:
-        raise ValidationError(
-            {"period": f"Close {earlier} first: balances carry forward in order."}
-        )
+    _refuse_out_of_order(locked)
     refuse_pending_telemetry(locked, "close")
     _disclosure()
     updated = Period.objects.filter(pk=locked.pk, status=Period.Status.OPEN).update(

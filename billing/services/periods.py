@@ -22,3 +22,16 @@ def period_for_month(*, year: int, month: int) -> Period:
     start, end = month_bounds(year=year, month=month)
     period, _ = Period.objects.get_or_create(start=start, defaults={"end": end})
     return period
+
+
+def span_label(*, start: datetime, end: datetime) -> str:
+    """How an operator reads a stretch of time: "February 2026" for a calendar month, else
+    its UTC bounds."""
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    if (start, end) == month_bounds(year=start.year, month=start.month):
+        return f"{start:%B %Y}"
+    return f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
+
+
+def period_label(period: Period) -> str:
+    return span_label(start=period.start, end=period.end)
