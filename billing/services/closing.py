@@ -179,6 +179,7 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
     skipped = sum(c[2] for c in counts)
     removed = 0
     with transaction.atomic():
+        _hold_closing(period)
         stale = (
             Statement.objects.select_for_update()
             .filter(period=period)
@@ -199,6 +200,7 @@ def _write_chunk(
     """One transaction: the chunk's statements and lines (written, unchanged, skipped)."""
     written = unchanged = skipped = 0
     with transaction.atomic():
+        _hold_closing(period)
         existing = {
             (str(s.owner_id), s.currency): s
             for s in Statement.objects.select_for_update()
@@ -234,6 +236,25 @@ def _write_chunk(
         _copy(Statement._meta.db_table, _STATEMENT_COLUMNS, created)
         _copy(StatementLine._meta.db_table, _LINE_COLUMNS, lines)
     return written, unchanged, skipped
+
+
+def _hold_closing(period: Period) -> None:
+    """In a write transaction: the period must still be closing, and stays so until the
+    transaction ends. A run checks the status once, then computes for a long while; meanwhile
+    the close may have finished, and a draft written now would sit in a closed period. The
+    row is held FOR SHARE, not FOR UPDATE: the run's writers do not wait on one another,
+    while ``period_close_finish`` (FOR UPDATE) waits for them, then counts their drafts."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT status FROM billing_period WHERE id = %s FOR SHARE", [period.pk])
+        row = cursor.fetchone()
+    status = row[0] if row is not None else "gone"
+    if status != Period.Status.CLOSING:
+        raise ValidationError(
+            {
+                "period": f"{period_label(period)} is {status} now, no longer closing; its "
+                "drafts were not written."
+            }
+        )
 
 
 def _write_chunks_in_parallel(
