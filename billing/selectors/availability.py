@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 
@@ -95,6 +95,15 @@ class ClusterAvailability:
 def _range(start: datetime, end: datetime) -> Interval:
     if start.tzinfo is None or end.tzinfo is None:
         raise ValidationError("Give aware UTC instants.")
+    # Every state is counted in whole seconds; a bound between two would count one twice.
+    fractional = {
+        name: f"{at.astimezone(UTC).isoformat().replace('+00:00', 'Z')} has a fraction of "
+        "a second; give a whole second."
+        for name, at in (("start", start), ("end", end))
+        if at.microsecond
+    }
+    if fractional:
+        raise ValidationError(fractional)
     if end <= start:
         raise ValidationError({"end": "A range ends after it starts."})
     return Interval(start, end)

@@ -117,7 +117,8 @@ def owner_earnings(
     final_owners = {str(s.owner_id) for s in statements}
     pending = wanted - final_owners
     if pending:
-        until = min(now, period.end)
+        # Usage is counted in whole seconds: the running period ends at the last one.
+        until = min(now.replace(microsecond=0), period.end)
         drafts = statements_compute(
             period=period, disclosure=disclosure, owner_ids=pending, until=until
         )

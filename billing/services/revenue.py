@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -15,9 +15,18 @@ from billing.models import ClusterBilling, Period, PoolRevenue, RateCard, Rental
 from fleet.models import Cluster, Gpu, Placement
 
 
-def _aware(name: str, value: datetime) -> None:
-    if value.tzinfo is None:
+def _fmt(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _instant(name: str, value: datetime) -> None:
+    """Usage is counted to the whole second; an instant between two seconds would split one."""
+    if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError({name: "must be an aware UTC datetime."})
+    if value.microsecond:
+        raise ValidationError(
+            {name: f"{_fmt(value)} has a fraction of a second; give a whole second."}
+        )
 
 
 def _currency(value: str) -> str:
@@ -47,9 +56,9 @@ def rate_card_create(
     waive_hosting_in_operator_incidents: bool,
     by: User,
 ) -> RateCard:
-    _aware("effective_from", effective_from)
+    _instant("effective_from", effective_from)
     if effective_to is not None:
-        _aware("effective_to", effective_to)
+        _instant("effective_to", effective_to)
         if effective_to <= effective_from:
             raise ValidationError({"effective_to": "must be after effective_from."})
     _not_negative(
@@ -147,8 +156,8 @@ def rental_create(
     customer_reference: str,
     by: User,
 ) -> Rental:
-    _aware("starts_at", starts_at)
-    _aware("ends_at", ends_at)
+    _instant("starts_at", starts_at)
+    _instant("ends_at", ends_at)
     if ends_at <= starts_at:
         raise ValidationError({"ends_at": "must be after starts_at."})
     _not_negative(rate_per_gpu_hour=rate_per_gpu_hour)
