@@ -144,6 +144,45 @@ def _gpus_outside_cluster(
     return outside
 
 
+def _refuse_periods_not_open(starts_at: datetime, ends_at: datetime) -> None:
+    """Locks the periods the rental reaches into (a close waits for the rental, or the rental
+    for the close) and refuses it if one of them is closing or closed: its drafts are, or
+    will be, written without it."""
+    periods = Period.objects.select_for_update().filter(start__lt=ends_at, end__gt=starts_at)
+    for period in periods.order_by("start"):
+        if period.status != Period.Status.OPEN:
+            raise ValidationError(
+                {
+                    "starts_at": f"the rental reaches into period {period}, which is "
+                    f"{period.status}; rentals go only into open periods (record a correction "
+                    "as an adjustment instead)."
+                }
+            )
+
+
+def _refuse_overlapping_rentals(
+    gpus: Sequence[Gpu], starts_at: datetime, ends_at: datetime
+) -> None:
+    clash = (
+        RentalGpu.objects.filter(
+            gpu__in=gpus, rental__starts_at__lt=ends_at, rental__ends_at__gt=starts_at
+        )
+        .select_related("gpu", "rental")
+        .order_by("gpu__serial", "rental__starts_at")
+        .first()
+    )
+    if clash is not None:
+        rental = clash.rental
+        raise ValidationError(
+            {
+                "gpus": f"GPU {clash.gpu.serial} is already rented from "
+                f"{_fmt(rental.starts_at)} to {_fmt(rental.ends_at)} (rental {rental.pk}), "
+                f"which overlaps {_fmt(starts_at)} to {_fmt(ends_at)}; a GPU is in one "
+                "rental at a time."
+            }
+        )
+
+
 @transaction.atomic
 def rental_create(
     *,
@@ -156,41 +195,44 @@ def rental_create(
     customer_reference: str,
     by: User,
 ) -> Rental:
+    """GPUs of a cluster rented over ``[starts_at, ends_at)``. Refused if a GPU is not in the
+    cluster for the whole of it, is already rented over part of it, or if it reaches into a
+    period that is not open."""
     _instant("starts_at", starts_at)
     _instant("ends_at", ends_at)
     if ends_at <= starts_at:
         raise ValidationError({"ends_at": "must be after starts_at."})
     _not_negative(rate_per_gpu_hour=rate_per_gpu_hour)
+    currency = _currency(currency)
     if not gpus:
         raise ValidationError({"gpus": "name at least one GPU."})
+    if len({gpu.pk for gpu in gpus}) != len(gpus):
+        raise ValidationError({"gpus": "name each GPU once."})
     outside = _gpus_outside_cluster(gpus, cluster, starts_at, ends_at)
     if outside:
         serials = ", ".join(sorted(gpu.serial for gpu in outside))
         raise ValidationError(
             {"gpus": f"not in cluster {cluster} for the whole rental: {serials}."}
         )
-    closed = (
-        Period.objects.filter(status=Period.Status.CLOSED, start__lt=ends_at, end__gt=starts_at)
-        .order_by("start")
-        .first()
-    )
-    if closed is not None:
-        raise ValidationError(
-            {
-                "starts_at": f"the rental reaches into the closed period {closed}; "
-                "record a correction as an adjustment instead."
-            }
-        )
+    _refuse_periods_not_open(starts_at, ends_at)
+    # One rental of a GPU at a time: its row lock (in primary-key order, which cannot
+    # deadlock) makes a concurrent rental of it wait, then see this one.
+    list(Gpu.objects.select_for_update().filter(pk__in=[g.pk for g in gpus]).order_by("pk"))
+    _refuse_overlapping_rentals(gpus, starts_at, ends_at)
     rental = Rental.objects.create(
         cluster=cluster,
         starts_at=starts_at,
         ends_at=ends_at,
         rate_per_gpu_hour=rate_per_gpu_hour,
-        currency=_currency(currency),
+        currency=currency,
         customer_reference=customer_reference,
         created_by=by,
     )
-    RentalGpu.objects.bulk_create([RentalGpu(rental=rental, gpu=gpu) for gpu in gpus])
+    try:
+        with transaction.atomic():
+            RentalGpu.objects.bulk_create([RentalGpu(rental=rental, gpu=gpu) for gpu in gpus])
+    except IntegrityError as exc:  # a rental written by another path; the trigger said no
+        raise ValidationError({"gpus": str(exc).splitlines()[0]}) from exc
     return rental
 
 
