@@ -12,6 +12,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
 from accounts.models import User
 from billing.models import (
@@ -285,6 +286,12 @@ class RateCardForm(ServiceForm):
         return revenue.rate_card_create(by=by, **data)
 
 
+class RateCardEndForm(forms.Form):
+    at = forms.DateTimeField(
+        label="Ends at", help_text="UTC, a whole second: e.g. 2026-04-01 00:00:00."
+    )
+
+
 @admin.register(RateCard)
 class RateCardAdmin(AddOnlyAdmin[RateCard]):
     form = RateCardForm
@@ -299,6 +306,38 @@ class RateCardAdmin(AddOnlyAdmin[RateCard]):
         "management_fee_pct",
     )
     list_filter = ("currency",)
+    actions = ("end_card",)
+
+    def has_end_permission(self, request: HttpRequest) -> bool:
+        """Whoever may add rate cards may end one, so that a new card can follow it."""
+        return request.user.has_perm("billing.add_ratecard")
+
+    @admin.action(description="End the selected rate card at…", permissions=["end"])
+    def end_card(self, request: HttpRequest, queryset: QuerySet[RateCard]) -> Any:
+        cards = list(queryset.order_by("pk")[:2])
+        if len(cards) != 1:
+            self.message_user(request, "Select exactly one rate card to end.", messages.ERROR)
+            return None
+        (card,) = cards
+        submitted = "apply" in request.POST
+        form = RateCardEndForm(request.POST if submitted else None)
+        if submitted and form.is_valid():
+            try:
+                revenue.rate_card_end(card=card, at=form.cleaned_data["at"])
+            except ValidationError as error:
+                for message in error.message_dict.get("at", error.messages):
+                    form.add_error("at", message)
+            else:
+                self.message_user(request, f"{card} now ends at {form.cleaned_data['at']}.")
+                return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "End a rate card",
+            "opts": self.opts,
+            "form": form,
+            "card": card,
+        }
+        return TemplateResponse(request, "admin/billing/ratecard/end.html", context)
 
 
 class RentalForm(ServiceForm):

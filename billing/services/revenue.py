@@ -106,6 +106,42 @@ def rate_card_create(
         raise ValidationError({"effective_from": str(exc).splitlines()[0]}) from exc
 
 
+@transaction.atomic
+def rate_card_end(*, card: RateCard, at: datetime) -> RateCard:
+    """Ends ``card`` at ``at``, so a new card can follow it: the one change a card takes.
+
+    Only earlier than it ends now (a card never grows over another), after it starts, and
+    never inside a period that is closing or closed: those statements were computed with
+    this card, and a change there would reach them only through reconciliation."""
+    _instant("at", at)
+    locked = RateCard.objects.select_for_update().get(pk=card.pk)
+    if at <= locked.effective_from:
+        raise ValidationError(
+            {"at": f"must be after the card starts ({_fmt(locked.effective_from)})."}
+        )
+    if locked.effective_to is not None and at >= locked.effective_to:
+        raise ValidationError(
+            {
+                "at": f"the card already ends at {_fmt(locked.effective_to)}; "
+                "its end only moves earlier."
+            }
+        )
+    touched = Period.objects.select_for_update().filter(end__gt=at)
+    if locked.effective_to is not None:
+        touched = touched.filter(start__lt=locked.effective_to)
+    computed = touched.exclude(status=Period.Status.OPEN).order_by("start").first()
+    if computed is not None:
+        raise ValidationError(
+            {
+                "at": f"period {computed} is {computed.status} and its statements were "
+                f"computed with this card; end it at {_fmt(computed.end)} or later."
+            }
+        )
+    locked.effective_to = at
+    locked.save(update_fields=["effective_to"])
+    return locked
+
+
 def cluster_pool_basis_set(*, cluster: Cluster, basis: str) -> ClusterBilling:
     if basis not in ClusterBilling.PoolBasis.values:
         raise ValidationError(

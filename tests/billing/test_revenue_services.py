@@ -1,10 +1,12 @@
 """Operators' money input: rate cards, rentals and pools refuse bad input, change nothing."""
 
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.test import Client
 
 from billing.models import Period, PoolRevenue, RateCard, Rental
 from billing.services.periods import month_bounds, period_for_month
@@ -12,9 +14,11 @@ from billing.services.revenue import (
     cluster_pool_basis_set,
     pool_add,
     rate_card_create,
+    rate_card_end,
     rental_create,
 )
 from fleet.models import Cluster, Gpu, GpuModel, Node, Placement, Site
+from tests.accounts.two_factor import console_login
 
 pytestmark = pytest.mark.django_db
 D = Decimal
@@ -185,3 +189,60 @@ def test_month_bounds(year, month, days):
     start, end = month_bounds(year=year, month=month)
     assert (end - start).days == days
     assert start.tzinfo is UTC
+
+
+# Ending a rate card so that a new one can follow: the one change a card takes.
+APRIL = datetime(2026, 4, 1, tzinfo=UTC)
+MAY = datetime(2026, 5, 1, tzinfo=UTC)
+
+
+def test_an_open_card_ends_and_a_new_one_follows(fleet, oscar):
+    first = card(fleet["a"], oscar)
+    with pytest.raises(ValidationError, match="close it first"):
+        card(fleet["a"], oscar, effective_from=APRIL)
+    rate_card_end(card=first, at=APRIL)
+    card(fleet["a"], oscar, effective_from=APRIL)
+    assert list(RateCard.objects.order_by("effective_from").values_list("effective_to")) == [
+        (APRIL,),
+        (None,),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("at", "message"),
+    [
+        (datetime(2026, 3, 1, tzinfo=UTC), "must be after the card starts (2026-03-01T00:00:00Z)"),
+        (datetime(2026, 4, 1, 0, 0, 0, 500_000, tzinfo=UTC), "fraction of a second"),
+        (MAY, "the card already ends at 2026-04-01T00:00:00Z; its end only moves earlier"),
+    ],
+)
+def test_a_card_ends_only_earlier_after_it_starts_on_a_whole_second(fleet, oscar, at, message):
+    ended = card(fleet["a"], oscar, effective_to=APRIL)
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        rate_card_end(card=ended, at=at)
+    assert RateCard.objects.get().effective_to == APRIL
+
+
+def test_a_card_never_ends_inside_a_period_its_statements_were_computed_with(fleet, oscar):
+    open_card = card(fleet["a"], oscar)
+    march = period_for_month(year=2026, month=3)
+    Period.objects.filter(pk=march.pk).update(status=Period.Status.CLOSING)
+    with pytest.raises(ValidationError, match=r"period 2026-03 is closing .* end it at 2026-04-01"):
+        rate_card_end(card=open_card, at=datetime(2026, 3, 20, tzinfo=UTC))
+    assert RateCard.objects.get().effective_to is None
+    rate_card_end(card=open_card, at=APRIL)  # after the period: fine
+    assert RateCard.objects.get().effective_to == APRIL
+
+
+def test_the_console_ends_a_card_with_a_date(fleet, oscar):
+    open_card = card(fleet["a"], oscar)
+    client = console_login(Client(), oscar)
+    url = "/admin/billing/ratecard/"
+    chosen = {"action": "end_card", "_selected_action": [str(open_card.pk)]}
+    page = client.post(url, chosen)
+    assert page.status_code == 200 and "End a rate card" in page.content.decode()
+    refused = client.post(url, {**chosen, "apply": "1", "at": "2026-02-01 00:00:00"})
+    assert "must be after the card starts" in refused.content.decode()
+    done = client.post(url, {**chosen, "apply": "1", "at": "2026-04-01 00:00:00"}, follow=True)
+    assert done.status_code == 200
+    assert RateCard.objects.get().effective_to == APRIL
