@@ -222,8 +222,7 @@ def _instant_check(at: dt.datetime, field: str, index: int = -1, gpu_uuid: str =
         problem = f"must be in UTC (…Z), not {at.isoformat()}"
     elif not INSTANTS[0] <= at < INSTANTS[1]:
         problem = (
-            f"{at.isoformat()} is outside {INSTANTS[0]:%Y}–{INSTANTS[1]:%Y}: "
-            "check the node's clock"
+            f"{at.isoformat()} is outside {INSTANTS[0]:%Y}–{INSTANTS[1]:%Y}: check the node's clock"
         )
     if problem:
         window = _window_ref(index, gpu_uuid, at.isoformat()) if index >= 0 else None

@@ -662,7 +662,7 @@ def _fine(w: Window) -> bool:
     u, m, mem, t, sm, p = w.util_gpu, w.util_mem, w.mem_used_bytes, w.temp_c, w.clock_sm_mhz, w.power_w  # fmt: skip  # noqa: E501
     cm = w.clock_mem_mhz
     return (
-        0 < w.samples_expected
+        w.samples_expected > 0
         and w.samples_ok <= w.samples_expected
         and (u is None or u.min <= u.avg <= u.max)
         and (m is None or m.min <= m.avg <= m.max)

@@ -37,10 +37,10 @@ def _assert_same(prefixes: list[str]) -> None:
         assert found.key.created_by_id == user["id"]
         assert _fields(found.key.created_by) == user
         assert found.owner_ids == ids
-        reference = ApiKey.objects.select_related("created_by").get(prefix=prefix)
-        assert found.maker_belongs == access.maker_belongs_by_orm(key=reference)
+        stored = ApiKey.objects.select_related("created_by").get(prefix=prefix)
+        assert found.maker_belongs == access.maker_belongs_by_orm(key=stored)
         assert (found.disclosure_version, found.disclosure_acknowledged) == (
-            access.disclosure_by_orm(key=reference)
+            access.disclosure_by_orm(key=stored)
         )
         for scope, reference in ids.items():
             assert [type(i) for i in found.owner_ids[scope]] == [type(i) for i in reference]
