@@ -157,6 +157,18 @@ def rebuild(start: dt.datetime, end: dt.datetime) -> None:
     rollups_rebuild(start=start - dt.timedelta(days=3), end=end + dt.timedelta(days=1))
 
 
+def alice_up_all_month(by: User, start: dt.datetime, end: dt.datetime) -> Gpu:
+    """One GPU, Alice's alone, under the standard rate card, up from the minute before
+    ``start`` to ``end`` with its rollups built: the smallest world a statement comes from."""
+    f = fleet()
+    one = gpu(f, "SN-1", slot=0)
+    own(one, owner("Alice Compute Ltd"), 10_000, EPOCH)
+    card(f, by)
+    windows(one, start - dt.timedelta(minutes=1), end, node=f.node)
+    rebuild(start, end)
+    return one
+
+
 def worked_example(by: User) -> dict[str, Any]:
     """The worked example of docs/accounting.md, March 2026: SN-1 up all month at 50 %,
     0.01 kWh a minute, rented all month at 2.00 EUR per GPU-hour; Alice holds it until

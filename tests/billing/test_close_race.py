@@ -19,12 +19,7 @@ FEB = (dt.datetime(2026, 2, 1, tzinfo=UTC), dt.datetime(2026, 3, 1, tzinfo=UTC))
 
 
 def _closing_february(oscar):
-    f = s.fleet()
-    gpu = s.gpu(f, "SN-1", slot=0)
-    s.own(gpu, s.owner("Alice Compute Ltd"), 10_000, s.EPOCH)
-    s.card(f, oscar)
-    s.windows(gpu, FEB[0] - dt.timedelta(minutes=1), FEB[1], node=f.node)
-    s.rebuild(*FEB)
+    s.alice_up_all_month(oscar, *FEB)
     return period_close_start(period=period_for_month(year=2026, month=2), by=oscar)
 
 

@@ -22,12 +22,7 @@ FEB = (dt.datetime(2026, 2, 1, tzinfo=UTC), dt.datetime(2026, 3, 1, tzinfo=UTC))
 def test_approval_under_a_superseded_disclosure_is_refused_until_recomputed(
     oscar, olga, disclosure
 ):
-    f = s.fleet()
-    gpu = s.gpu(f, "SN-1", slot=0)
-    s.own(gpu, s.owner("Alice Compute Ltd"), 10_000, s.EPOCH)
-    s.card(f, oscar)
-    s.windows(gpu, FEB[0] - dt.timedelta(minutes=1), FEB[1], node=f.node)
-    s.rebuild(*FEB)
+    s.alice_up_all_month(oscar, *FEB)
     february = period_for_month(year=2026, month=2)
     period_close(period=february, by=oscar)
     requested = statement_publish_request(statement=Statement.objects.get(), by=oscar)
