@@ -13,7 +13,6 @@ from billing.services.closing import period_close, period_close_run, period_clos
 from billing.services.periods import period_for_month
 from billing.services.revenue import pool_add, rental_create
 from fleet.models import Gpu
-from telemetry.models import IngestBatch
 from tests.billing import scenario as s
 
 pytestmark = pytest.mark.django_db
@@ -121,14 +120,7 @@ def test_a_run_that_crashes_midway_then_reruns_equals_a_clean_run(transfer_world
 
 def test_closing_with_unprocessed_telemetry_is_refused_and_changes_nothing(transfer_world, oscar):
     w = transfer_world
-    IngestBatch.objects.create(
-        node=w["fleet"].node,
-        batch_id="018f0000-0000-7000-8000-000000000001",
-        body_sha256="0" * 64,
-        signed_at=MARCH[1],
-        received_at=MARCH[1] + dt.timedelta(hours=2),
-        answer={},
-    )  # queued by the batch table's trigger; its body is not read here
+    s.batch_pending(w["fleet"].node, MARCH[1] + dt.timedelta(hours=2))
     with pytest.raises(ValidationError, match=r"not processed yet \(1 pending\)"):
         period_close(period=w["period"], by=oscar)
     assert Period.objects.get(pk=w["period"].pk).status == Period.Status.OPEN

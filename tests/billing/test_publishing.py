@@ -407,20 +407,11 @@ def test_publishing_with_unprocessed_telemetry_is_refused_and_changes_nothing(
 ):
     """A batch that arrived after the close may hold the period's data: neither publishing
     step goes ahead until the workers have processed it."""
-    from telemetry.models import IngestBatch
-
     period_close(period=world["period"], by=oscar)
     statement = Statement.objects.get(owner=world["alice"])
     if step == "approve":
         statement = statement_publish_request(statement=statement, by=oscar)
-    IngestBatch.objects.create(
-        node=world["fleet"].node,
-        batch_id="018f0000-0000-7000-8000-000000000002",
-        body_sha256="0" * 64,
-        signed_at=FEB[1],
-        received_at=FEB[1] + dt.timedelta(hours=2),
-        answer={},
-    )  # queued by the batch table's trigger
+    s.batch_pending(world["fleet"].node, FEB[1] + dt.timedelta(hours=2))
     with pytest.raises(ValidationError, match=r"not processed yet \(1 pending\)"):
         if step == "request":
             statement_publish_request(statement=statement, by=oscar)
