@@ -23,7 +23,7 @@ from .credentials import (
     enrol,
 )
 from .kmsg import KernelLogReader
-from .spool import Spool
+from .spool import MAX_AGE_S, MAX_BYTES, Spool
 from .timefmt import parse_rfc3339, rfc3339_seconds
 from .transport import HttpTransport
 from .uploader import Uploader
@@ -94,10 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enrol-only", action="store_true", help="enrol, write the key file, exit")
     p.add_argument("--force", action="store_true", help="with --enrol-only: replace a key file")
     p.add_argument("--ca-file", help="CA bundle for an HTTPS server")
-    # Caps only so the node's disk cannot fill: 90 days is the server's raw retention (older
-    # windows are refused there anyway); 1 GiB holds more than that of an 8-GPU node.
-    p.add_argument("--spool-max-mb", type=float, default=1024.0)
-    p.add_argument("--spool-max-age-h", type=float, default=90 * 24.0)
+    p.add_argument("--spool-max-mb", type=float, default=MAX_BYTES / (1024 * 1024))
+    p.add_argument("--spool-max-age-h", type=float, default=MAX_AGE_S / 3600)
     p.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to deliver at exit")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--version", action="version", version=f"steward-agent {__version__}")

@@ -72,6 +72,10 @@ _SALVAGE_COPIES = (
     ),
 )
 _DROPPED_KEY = "spool.dropped"
+# Caps only so the node's disk cannot fill: 90 days is the server's raw retention (older
+# windows are refused there anyway); 1 GiB holds more than that of an 8-GPU node.
+MAX_BYTES = 1024 * 1024 * 1024
+MAX_AGE_S = 90 * 24 * 3600.0
 _GZIP_MAGIC = b"\x1f\x8b"
 BuildBody = Callable[[str, list[dict[str, Any]]], bytes]
 
@@ -95,8 +99,8 @@ class Spool:
         path: str,
         *,
         clock: Clock,
-        max_bytes: int = 1024 * 1024 * 1024,
-        max_age_s: float = 90 * 24 * 3600,
+        max_bytes: int = MAX_BYTES,
+        max_age_s: float = MAX_AGE_S,
         dead_letter_max: int = 1000,
     ) -> None:
         self.path = path
