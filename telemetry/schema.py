@@ -146,6 +146,7 @@ _decoder = msgspec.json.Decoder(Batch)
 # The instants a batch may name (UTC): far wider than any clock skew, narrow enough that
 # every one converts to UTC and back.
 INSTANTS = (dt.datetime(2000, 1, 1, tzinfo=dt.UTC), dt.datetime(2100, 1, 1, tzinfo=dt.UTC))
+_UTC = dt.timedelta(0)  # the only offset a batch's times may have
 _PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _WINDOW = re.compile(r"^windows\[(?P<index>\d+)\]")
 
@@ -193,15 +194,17 @@ def batch_decode(raw: bytes, *, checked: bool = False) -> Batch:
         return batch
     if b"\\u0000" in raw:  # rare: only then is every string looked at
         _nul_refuse(raw)
+    low, high = INSTANTS
     for index, window in enumerate(batch.windows):
         start = window.window_start
-        if start.second or start.microsecond:
-            raise SchemaError(
-                "window_start must be aligned to the minute (…:00Z).",
-                field=f"windows[{index}].window_start",
-                window=_window_ref(index, window.gpu_uuid, start.isoformat()),
-            )
-        _instant_check(start, f"windows[{index}].window_start", index, window.gpu_uuid)
+        # The common case in a few comparisons; which check failed is worked out only then.
+        if (
+            start.second
+            or start.microsecond
+            or start.utcoffset() != _UTC
+            or not low <= start < high
+        ):
+            _window_start_refuse(index, window)
     for index, event in enumerate(batch.events):
         _instant_check(event.occurred_at, f"events[{index}].occurred_at")
     for name in ("sent_at", "sealed_at"):
@@ -211,6 +214,18 @@ def batch_decode(raw: bytes, *, checked: bool = False) -> Batch:
     return batch
 
 
+def _window_start_refuse(index: int, window: Window) -> None:
+    start = window.window_start
+    field = f"windows[{index}].window_start"
+    if start.second or start.microsecond:
+        raise SchemaError(
+            "window_start must be aligned to the minute (…:00Z).",
+            field=field,
+            window=_window_ref(index, window.gpu_uuid, start.isoformat()),
+        )
+    _instant_check(start, field, index, window.gpu_uuid)
+
+
 def _instant_check(at: dt.datetime, field: str, index: int = -1, gpu_uuid: str = "") -> None:
     """Every time in a batch is UTC (``Z`` or ``+00:00``) and within ``INSTANTS``.
 
@@ -218,7 +233,7 @@ def _instant_check(at: dt.datetime, field: str, index: int = -1, gpu_uuid: str =
     and the contract says UTC. A year such as 0001 in another zone is BC in UTC: PostgreSQL
     stores it, and then no Python datetime can read it back."""
     problem = ""
-    if at.utcoffset() != dt.timedelta(0):
+    if at.utcoffset() != _UTC:
         problem = f"must be in UTC (…Z), not {at.isoformat()}"
     elif not INSTANTS[0] <= at < INSTANTS[1]:
         problem = (
