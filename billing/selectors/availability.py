@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
@@ -25,6 +25,7 @@ from billing.engine.usage import Measure, exact_decimal
 from billing.selectors.facts import cluster_gpu_ids, gpu_facts
 from billing.selectors.usage import cells_load
 from fleet.models import Cluster, Gpu, Ownership
+from fleet.services._common import require_instant
 
 FULL_BPS = 10_000
 
@@ -93,17 +94,9 @@ class ClusterAvailability:
 
 
 def _range(start: datetime, end: datetime) -> Interval:
-    if start.tzinfo is None or end.tzinfo is None:
-        raise ValidationError("Give aware UTC instants.")
     # Every state is counted in whole seconds; a bound between two would count one twice.
-    fractional = {
-        name: f"{at.astimezone(UTC).isoformat().replace('+00:00', 'Z')} has a fraction of "
-        "a second; give a whole second."
-        for name, at in (("start", start), ("end", end))
-        if at.microsecond
-    }
-    if fractional:
-        raise ValidationError(fractional)
+    require_instant(start, field="start")
+    require_instant(end, field="end")
     if end <= start:
         raise ValidationError({"end": "A range ends after it starts."})
     return Interval(start, end)

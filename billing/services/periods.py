@@ -35,3 +35,13 @@ def span_label(*, start: datetime, end: datetime) -> str:
 
 def period_label(period: Period) -> str:
     return span_label(start=period.start, end=period.end)
+
+
+def period_not_open(*, start: datetime, end: datetime | None) -> Period | None:
+    """The first period overlapping ``[start, end)`` (``end`` None: open-ended) that is
+    closing or closed, or None. Locks every overlapping period, in start order, so a close
+    that starts meanwhile waits for the caller's transaction and then sees its change."""
+    overlapping = Period.objects.select_for_update().filter(end__gt=start).order_by("start")
+    if end is not None:
+        overlapping = overlapping.filter(start__lt=end)
+    return next((p for p in overlapping if p.status != Period.Status.OPEN), None)

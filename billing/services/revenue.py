@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -12,21 +12,9 @@ from django.db.models import Q
 
 from accounts.models import User
 from billing.models import ClusterBilling, Period, PoolRevenue, RateCard, Rental, RentalGpu
+from billing.services.periods import period_not_open
 from fleet.models import Cluster, Gpu, Placement
-
-
-def _fmt(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _instant(name: str, value: datetime) -> None:
-    """Usage is counted to the whole second; an instant between two seconds would split one."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError({name: "must be an aware UTC datetime."})
-    if value.microsecond:
-        raise ValidationError(
-            {name: f"{_fmt(value)} has a fraction of a second; give a whole second."}
-        )
+from fleet.services._common import fmt, lock_gpus, require_instant
 
 
 def _currency(value: str) -> str:
@@ -56,9 +44,9 @@ def rate_card_create(
     waive_hosting_in_operator_incidents: bool,
     by: User,
 ) -> RateCard:
-    _instant("effective_from", effective_from)
+    require_instant(effective_from, field="effective_from")
     if effective_to is not None:
-        _instant("effective_to", effective_to)
+        require_instant(effective_to, field="effective_to")
         if effective_to <= effective_from:
             raise ValidationError({"effective_to": "must be after effective_from."})
     _not_negative(
@@ -113,28 +101,25 @@ def rate_card_end(*, card: RateCard, at: datetime) -> RateCard:
     Only earlier than it ends now (a card never grows over another), after it starts, and
     never inside a period that is closing or closed: those statements were computed with
     this card, and a change there would reach them only through reconciliation."""
-    _instant("at", at)
+    require_instant(at, field="at")
     locked = RateCard.objects.select_for_update().get(pk=card.pk)
     if at <= locked.effective_from:
         raise ValidationError(
-            {"at": f"must be after the card starts ({_fmt(locked.effective_from)})."}
+            {"at": f"must be after the card starts ({fmt(locked.effective_from)})."}
         )
     if locked.effective_to is not None and at >= locked.effective_to:
         raise ValidationError(
             {
-                "at": f"the card already ends at {_fmt(locked.effective_to)}; "
+                "at": f"the card already ends at {fmt(locked.effective_to)}; "
                 "its end only moves earlier."
             }
         )
-    touched = Period.objects.select_for_update().filter(end__gt=at)
-    if locked.effective_to is not None:
-        touched = touched.filter(start__lt=locked.effective_to)
-    computed = touched.exclude(status=Period.Status.OPEN).order_by("start").first()
+    computed = period_not_open(start=at, end=locked.effective_to)
     if computed is not None:
         raise ValidationError(
             {
                 "at": f"period {computed} is {computed.status} and its statements were "
-                f"computed with this card; end it at {_fmt(computed.end)} or later."
+                f"computed with this card; end it at {fmt(computed.end)} or later."
             }
         )
     locked.effective_to = at
@@ -180,22 +165,6 @@ def _gpus_outside_cluster(
     return outside
 
 
-def _refuse_periods_not_open(starts_at: datetime, ends_at: datetime) -> None:
-    """Locks the periods the rental reaches into (a close waits for the rental, or the rental
-    for the close) and refuses it if one of them is closing or closed: its drafts are, or
-    will be, written without it."""
-    periods = Period.objects.select_for_update().filter(start__lt=ends_at, end__gt=starts_at)
-    for period in periods.order_by("start"):
-        if period.status != Period.Status.OPEN:
-            raise ValidationError(
-                {
-                    "starts_at": f"the rental reaches into period {period}, which is "
-                    f"{period.status}; rentals go only into open periods (record a correction "
-                    "as an adjustment instead)."
-                }
-            )
-
-
 def _refuse_overlapping_rentals(
     gpus: Sequence[Gpu], starts_at: datetime, ends_at: datetime
 ) -> None:
@@ -212,8 +181,8 @@ def _refuse_overlapping_rentals(
         raise ValidationError(
             {
                 "gpus": f"GPU {clash.gpu.serial} is already rented from "
-                f"{_fmt(rental.starts_at)} to {_fmt(rental.ends_at)} (rental {rental.pk}), "
-                f"which overlaps {_fmt(starts_at)} to {_fmt(ends_at)}; a GPU is in one "
+                f"{fmt(rental.starts_at)} to {fmt(rental.ends_at)} (rental {rental.pk}), "
+                f"which overlaps {fmt(starts_at)} to {fmt(ends_at)}; a GPU is in one "
                 "rental at a time."
             }
         )
@@ -234,8 +203,8 @@ def rental_create(
     """GPUs of a cluster rented over ``[starts_at, ends_at)``. Refused if a GPU is not in the
     cluster for the whole of it, is already rented over part of it, or if it reaches into a
     period that is not open."""
-    _instant("starts_at", starts_at)
-    _instant("ends_at", ends_at)
+    require_instant(starts_at, field="starts_at")
+    require_instant(ends_at, field="ends_at")
     if ends_at <= starts_at:
         raise ValidationError({"ends_at": "must be after starts_at."})
     _not_negative(rate_per_gpu_hour=rate_per_gpu_hour)
@@ -250,10 +219,19 @@ def rental_create(
         raise ValidationError(
             {"gpus": f"not in cluster {cluster} for the whole rental: {serials}."}
         )
-    _refuse_periods_not_open(starts_at, ends_at)
-    # One rental of a GPU at a time: its row lock (in primary-key order, which cannot
-    # deadlock) makes a concurrent rental of it wait, then see this one.
-    list(Gpu.objects.select_for_update().filter(pk__in=[g.pk for g in gpus]).order_by("pk"))
+    # Its periods' locks: a close waits for the rental, or the rental for the close.
+    computed = period_not_open(start=starts_at, end=ends_at)
+    if computed is not None:
+        raise ValidationError(
+            {
+                "starts_at": f"the rental reaches into period {computed}, which is "
+                f"{computed.status}; rentals go only into open periods (record a correction "
+                "as an adjustment instead)."
+            }
+        )
+    # One rental of a GPU at a time: its row lock makes a concurrent rental of it wait,
+    # then see this one.
+    lock_gpus(gpus)
     _refuse_overlapping_rentals(gpus, starts_at, ends_at)
     rental = Rental.objects.create(
         cluster=cluster,

@@ -14,8 +14,9 @@ from fleet.models import Gpu
 
 
 def fmt(at: datetime) -> str:
-    """An instant as operators read it in messages: ISO 8601, UTC, whole seconds."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """An instant as operators read it in messages: ISO 8601, UTC (with its fraction of a
+    second, if it has one)."""
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def require_instant(value: datetime, *, field: str) -> datetime:

@@ -42,7 +42,8 @@ def test_a_rental_starting_between_two_seconds_is_refused(oscar):
         )
     assert caught.value.message_dict == {
         "starts_at": [
-            "2026-03-01T00:00:00.500000Z has a fraction of a second; give a whole second."
+            "2026-03-01T00:00:00.500000Z has a fraction of a second; "
+            "changes happen on whole seconds."
         ]
     }
     assert not Rental.objects.exists()
@@ -65,7 +66,8 @@ def test_a_rate_card_ending_between_two_seconds_is_refused(oscar):
         )
     assert caught.value.message_dict == {
         "effective_to": [
-            "2026-04-01T00:00:00.500000Z has a fraction of a second; give a whole second."
+            "2026-04-01T00:00:00.500000Z has a fraction of a second; "
+            "changes happen on whole seconds."
         ]
     }
     assert not RateCard.objects.exists()
@@ -78,7 +80,10 @@ def test_an_availability_range_between_two_seconds_is_refused():
     start = dt.datetime(2026, 3, 5, tzinfo=UTC) + HALF
     end = dt.datetime(2026, 3, 5, 0, 10, tzinfo=UTC)
     message = {
-        "start": ["2026-03-05T00:00:00.500000Z has a fraction of a second; give a whole second."]
+        "start": [
+            "2026-03-05T00:00:00.500000Z has a fraction of a second; "
+            "changes happen on whole seconds."
+        ]
     }
     with pytest.raises(ValidationError) as caught:
         gpu_availability(gpu=gpu, start=start, end=end)

@@ -238,7 +238,8 @@ def test_bulk_sale_is_all_or_nothing(gpu, gpu2, alice_owner, bob_owner, oscar):
         (
             {"at": T(1) + timedelta(microseconds=5)},
             "at",
-            "2026-03-01T00:00:00Z has a fraction of a second; changes happen on whole seconds.",
+            "2026-03-01T00:00:00.000005Z has a fraction of a second; "
+            "changes happen on whole seconds.",
         ),
     ],
 )
