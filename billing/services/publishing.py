@@ -72,7 +72,7 @@ def statement_reproduces(*, statement: Statement) -> bool:
     return stored == expected
 
 
-def refuse_superseded_disclosure(statement: Statement) -> None:
+def _refuse_superseded_disclosure(statement: Statement) -> None:
     """A statement is issued under the disclosure current when it is published: its draft
     took the version in force when it was computed, and a newer one may have come since."""
     disclosure = accounts_selectors.disclosure_current()
@@ -125,7 +125,7 @@ def statement_publish_approve(*, statement: Statement, by: User) -> Statement:
         )
     period = Period.objects.get(pk=current.period_id)
     refuse_pending_telemetry(period, "publish statements for")
-    refuse_superseded_disclosure(current)
+    _refuse_superseded_disclosure(current)
     if not statement_reproduces(statement=current):
         raise ValidationError(
             {

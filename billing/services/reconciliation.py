@@ -20,7 +20,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import CharField, Sum
+from django.db.models import Sum
 
 from accounts import selectors as accounts_selectors
 from accounts.models import User
@@ -28,15 +28,6 @@ from billing.models import Adjustment, Period, Statement, StatementLine
 from billing.services.closing import refuse_pending_telemetry
 from billing.services.computing import statements_compute
 from billing.services.periods import period_for_month
-
-
-def _key_length() -> int:
-    field = Adjustment._meta.get_field("idempotency_key")
-    assert isinstance(field, CharField) and field.max_length is not None
-    return field.max_length
-
-
-_KEY_LENGTH = _key_length()
 
 # owner, currency, gpu, starts_at, ends_at, and the line's rank among the statement's lines
 # with those five (0 but for a GPU that changed cluster: its lines repeat the same run).
@@ -83,9 +74,7 @@ def _new_line_stem(period: Period, key: LineKey) -> str:
     finds what it recorded. No spelled-out key was ever stored (each such run failed whole),
     so nothing recorded before goes unrecognised."""
     digest = hashlib.sha256("\x1f".join(map(str, key)).encode()).hexdigest()
-    prefix = f"reconcile:{period.pk}:new:"
-    room = _KEY_LENGTH - len(prefix) - len(":9999")  # the run counter after the stem
-    return prefix + digest[:room]
+    return f"reconcile:{period.pk}:new:{digest}"  # ~82 characters of the key's 100
 
 
 def period_reconcile(*, period: Period, by: User) -> Reconciliation:

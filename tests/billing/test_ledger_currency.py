@@ -18,28 +18,20 @@ pytestmark = pytest.mark.django_db
 D = Decimal
 
 
-@pytest.mark.parametrize(
-    ("currency", "message"),
-    [
-        ("usd", "'usd' is not an ISO 4217 code; write it in capitals."),
-        ("eur", "'eur' is not an ISO 4217 code; write it in capitals."),
-        ("EURO", "'EURO' is not an ISO 4217 code (e.g. EUR)."),
-        ("E1R", "'E1R' is not an ISO 4217 code (e.g. EUR)."),
-        (
-            "USD",
-            "Alice Compute Ltd is billed in EUR, not USD; amounts for them are in their "
-            "billing currency.",
-        ),
-    ],
-)
-def test_an_adjustment_in_another_currency_is_refused(oscar, currency, message):
+@pytest.mark.parametrize("currency", ["usd", "eur", "EURO", "E1R", "USD"])
+def test_an_adjustment_in_another_currency_is_refused(oscar, currency):
     alice = s.owner("Alice Compute Ltd")  # billed in EUR
     period = period_for_month(year=2026, month=3)
     with pytest.raises(ValidationError) as caught:
         adjustment_add(
             owner=alice, period=period, currency=currency, amount=D("5.00"), reason="x", by=oscar
         )
-    assert caught.value.message_dict == {"currency": [message]}
+    assert caught.value.message_dict == {
+        "currency": [
+            f"Alice Compute Ltd is billed in EUR, not {currency}; amounts for them are in "
+            "their billing currency."
+        ]
+    }
     assert not Adjustment.objects.exists()
 
 
@@ -65,4 +57,8 @@ def test_a_payout_in_another_currency_is_refused(oscar, currency):
             by=oscar,
         )
     assert list(caught.value.message_dict) == ["currency"]
+    assert caught.value.message_dict["currency"] == [
+        f"Bob Chen is billed in GBP, not {currency}; amounts for them are in their billing "
+        "currency."
+    ]
     assert not Payout.objects.exists()
