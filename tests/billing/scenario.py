@@ -17,6 +17,8 @@ from django.db import connection
 
 from accounts import services as accounts
 from accounts.models import Owner, User
+from billing.models import Period, Statement
+from billing.services.publishing import statement_publish_approve, statement_publish_request
 from billing.services.revenue import rate_card_create
 from fleet.models import (
     Cluster,
@@ -156,6 +158,13 @@ def write_rows(rows: list[tuple[Any, ...]]) -> None:
 
 def rebuild(start: dt.datetime, end: dt.datetime) -> None:
     rollups_rebuild(start=start - dt.timedelta(days=3), end=end + dt.timedelta(days=1))
+
+
+def publish_all(period: Period, requester: User, approver: User) -> None:
+    """Every statement of a closing period published: one operator requests, another approves."""
+    for statement in Statement.objects.filter(period=period).order_by("pk"):
+        statement_publish_request(statement=statement, by=requester)
+        statement_publish_approve(statement=statement, by=approver)
 
 
 def batch_pending(node: Node, received_at: dt.datetime) -> IngestBatch:

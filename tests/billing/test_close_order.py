@@ -10,7 +10,6 @@ from django.core.exceptions import ValidationError
 from billing.models import Period, Statement
 from billing.services.closing import period_close, period_close_finish, period_close_start
 from billing.services.periods import period_for_month
-from billing.services.publishing import statement_publish_approve, statement_publish_request
 from tests.billing import scenario as s
 
 D = Decimal
@@ -23,9 +22,7 @@ pytestmark = pytest.mark.django_db
 
 def _close_and_publish(period, requester, approver):
     period_close(period=period, by=requester)
-    for statement in Statement.objects.filter(period=period).order_by("pk"):
-        statement_publish_request(statement=statement, by=requester)
-        statement_publish_approve(statement=statement, by=approver)
+    s.publish_all(period, requester, approver)
     period_close_finish(period=period, by=requester)
     return Statement.objects.get(period=period)
 
@@ -34,12 +31,7 @@ def _close_and_publish(period, requester, approver):
 def alice_all_quarter(oscar, disclosure):
     """SN-1, wholly Alice's, up every minute of January to March 2026; no revenue. Each month's
     net is its hosting fee (100.00) and power (0.01 kWh a minute × 1.5 × 0.20 EUR)."""
-    f = s.fleet()
-    gpu = s.gpu(f, "SN-1", slot=0)
-    s.own(gpu, s.owner("Alice Compute Ltd"), 10_000, s.EPOCH)
-    s.card(f, oscar)
-    s.windows(gpu, JANUARY_START - dt.timedelta(minutes=1), APRIL_START, node=f.node)
-    s.rebuild(JANUARY_START, APRIL_START)
+    s.alice_up_all_month(oscar, JANUARY_START, APRIL_START)
 
 
 def test_a_month_without_a_period_must_be_closed_before_the_next(alice_all_quarter, oscar, olga):

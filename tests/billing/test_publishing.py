@@ -68,12 +68,6 @@ def world(oscar, disclosure):
     }
 
 
-def _publish_all(period, requester, approver):
-    for statement in Statement.objects.filter(period=period).order_by("pk"):
-        statement_publish_request(statement=statement, by=requester)
-        statement_publish_approve(statement=statement, by=approver)
-
-
 @pytest.mark.django_db
 def test_three_way_co_ownership_and_an_agent_silent_for_six_hours(world, oscar):
     period_close(period=world["period"], by=oscar)
@@ -185,7 +179,7 @@ def test_concurrent_approvals_publish_exactly_once(world, oscar, olga):
 def test_negative_net_carries_forward_and_payouts_reduce_the_balance(world, oscar, olga):
     # February closes and publishes; March has no revenue at all, so costs make it negative.
     period_close(period=world["period"], by=oscar)
-    _publish_all(world["period"], oscar, olga)
+    s.publish_all(world["period"], oscar, olga)
     period_close_finish(period=world["period"], by=oscar)
     bob_feb = Statement.objects.get(owner=world["bob"], period=world["period"])
     assert bob_feb.closing_balance == D("61.94")
@@ -236,7 +230,7 @@ def test_negative_net_carries_forward_and_payouts_reduce_the_balance(world, osca
     # Opening 61.94, payout 61.94, lines −77.97: the balance goes negative and carries on.
     assert (bob_march.opening_balance, bob_march.payouts_total) == (D("61.94"), D("61.94"))
     assert bob_march.closing_balance == D("-77.97")
-    _publish_all(march, oscar, olga)
+    s.publish_all(march, oscar, olga)
     period_close_finish(period=march, by=oscar)
     april = period_for_month(year=2026, month=4)
     period_close(period=april, by=oscar)
@@ -247,7 +241,7 @@ def test_negative_net_carries_forward_and_payouts_reduce_the_balance(world, osca
 @pytest.mark.django_db
 def test_late_telemetry_becomes_adjustments_in_the_next_open_period_once(world, oscar, olga):
     period_close(period=world["period"], by=oscar)
-    _publish_all(world["period"], oscar, olga)
+    s.publish_all(world["period"], oscar, olga)
     period_close_finish(period=world["period"], by=oscar)
     march = period_for_month(year=2026, month=3)
     alice_feb = Statement.objects.get(owner=world["alice"], period=world["period"])
@@ -352,7 +346,7 @@ def test_reconciling_a_gpu_that_changed_cluster_corrects_both_of_its_lines(oscar
     s.windows(stays_b, start, FEB[1], node=b.node)
     s.rebuild(*FEB)
     period_close(period=period, by=oscar)
-    _publish_all(period, oscar, olga)
+    s.publish_all(period, oscar, olga)
     period_close_finish(period=period, by=oscar)
     alice_feb = Statement.objects.get(owner=alice, period=period)
     lines = list(alice_feb.lines.filter(gpu=sn9).order_by("position"))

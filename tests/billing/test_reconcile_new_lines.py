@@ -10,7 +10,6 @@ import pytest
 from billing.models import Adjustment, Period, Statement
 from billing.services.closing import period_close, period_close_finish
 from billing.services.periods import period_for_month
-from billing.services.publishing import statement_publish_approve, statement_publish_request
 from billing.services.reconciliation import period_reconcile
 from fleet.services.ownership import ShareTo, ownership_sell, ownership_transfer
 from tests.billing import scenario as s
@@ -33,9 +32,7 @@ def test_a_late_ownership_change_reconciles_into_the_next_open_period_once(oscar
     s.rebuild(*FEB)
     february = period_for_month(year=2026, month=2)
     period_close(period=february, by=oscar)
-    for statement in Statement.objects.filter(period=february):
-        statement_publish_request(statement=statement, by=oscar)
-        statement_publish_approve(statement=statement, by=olga)
+    s.publish_all(february, oscar, olga)
     period_close_finish(period=february, by=oscar)
     alice_feb = Statement.objects.get(period=february)
     (sn1_line,) = alice_feb.lines.all()
