@@ -129,9 +129,10 @@ def maker_belongs_by_orm(*, key: ApiKey) -> bool:
 
 
 def disclosure_by_orm(*, key: ApiKey) -> tuple[str | None, bool]:
-    """The current disclosure's version and whether the key's maker acknowledged it: the
-    reference for ``KeyLookup.disclosure_version`` and ``disclosure_acknowledged``."""
-    current = disclosure_current()
+    """For a personal key, the current disclosure's version and whether the key's maker
+    acknowledged it (a partner key is not asked: None, False): the reference for
+    ``KeyLookup.disclosure_version`` and ``disclosure_acknowledged``."""
+    current = disclosure_current() if key.owner_id is not None else None
     if current is None:
         return None, False
     return current.version, disclosure_acknowledged(user=key.created_by, disclosure=current)
@@ -170,14 +171,14 @@ SELECT {", ".join(f'k."{f.column}"' for f in _KEY_FIELDS)},
        (SELECT json_agg(m.owner_id)
           FROM {Membership._meta.db_table} m
          WHERE m.owner_id = k.owner_id AND m.user_id = k.created_by_id) AS memberships,
-       (k.partner_id IS NULL OR u.is_staff OR EXISTS (
+       (k.partner_id IS NULL OR (u.is_active AND (u.is_staff OR EXISTS (
           SELECT FROM {PartnerMember._meta.db_table} pm
-           WHERE pm.partner_id = k.partner_id AND pm.user_id = k.created_by_id)) AS belongs,
+           WHERE pm.partner_id = k.partner_id AND pm.user_id = k.created_by_id)))) AS belongs,
        (SELECT json_build_array(d.version, EXISTS (
                  SELECT FROM {DisclosureAcknowledgement._meta.db_table} a
                   WHERE a.disclosure_id = d.id AND a.user_id = k.created_by_id))
           FROM {Disclosure._meta.db_table} d
-         WHERE d.published_at IS NOT NULL
+         WHERE d.published_at IS NOT NULL AND k.owner_id IS NOT NULL
          ORDER BY d.published_at DESC LIMIT 1) AS disclosure
   FROM {ApiKey._meta.db_table} k
   JOIN {User._meta.db_table} u ON u.id = k.created_by_id
@@ -212,7 +213,6 @@ def key_for_request(*, prefix: str) -> KeyLookup | None:
     user = User.from_db(connection.alias, [f.attname for f in _USER_FIELDS], row[n:-4])
     key.created_by = user
     grants, memberships, belongs, disclosure = row[-4] or [], row[-3] or [], row[-2], row[-1]
-    belongs = bool(belongs) and (key.partner_id is None or user.is_active)
     owner_ids: dict[str, list[uuid.UUID]] = {}
     for scope in key.scopes:
         if key.partner_id is not None and belongs:
