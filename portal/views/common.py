@@ -54,11 +54,15 @@ def earnings_view(view: View) -> View:
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not disclosure_is_acknowledged(the_user(request)):
-            query = urlencode({"next": request.get_full_path()})
-            return redirect(f"{reverse('portal:disclosure')}?{query}")
+            return disclosure_redirect(request.get_full_path())
         return view(request, *args, **kwargs)
 
     return wrapped
+
+
+def disclosure_redirect(back_to: str) -> HttpResponseBase:
+    """To the current risk disclosure, and back to ``back_to`` once it is acknowledged."""
+    return redirect(f"{reverse('portal:disclosure')}?{urlencode({'next': back_to})}")
 
 
 def disclosure_is_acknowledged(user: User) -> bool:

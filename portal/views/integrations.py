@@ -15,7 +15,6 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from accounts import services as accounts
@@ -29,7 +28,13 @@ from portal.access import (
     partner_grants_for_user,
 )
 from portal.forms import ApiKeyForm, PartnerGrantForm
-from portal.views.common import disclosure_is_acknowledged, now, owner_view, the_user
+from portal.views.common import (
+    disclosure_is_acknowledged,
+    disclosure_redirect,
+    now,
+    owner_view,
+    the_user,
+)
 
 
 def _choices(owners: list[Owner]) -> list[tuple[str, str]]:
@@ -120,18 +125,15 @@ def api_keys(request: HttpRequest) -> HttpResponseBase:
     created: tuple[ApiKey, str] | None = None
     status = 200
     if request.method == "POST":
-        if (
-            form.is_valid()
-            and ApiScope.STATEMENTS_READ in form.cleaned_data["scopes"]
-            and not disclosure_is_acknowledged(user)
-        ):
-            messages.info(
-                request,
-                "Acknowledge the risk disclosure before making a key that reads statements.",
-            )
-            query = urlencode({"next": reverse("portal:api-keys")})
-            return redirect(f"{reverse('portal:disclosure')}?{query}")
         if form.is_valid():
+            if ApiScope.STATEMENTS_READ in form.cleaned_data["scopes"] and not (
+                disclosure_is_acknowledged(user)
+            ):
+                messages.info(
+                    request,
+                    "Acknowledge the risk disclosure before making a key that reads statements.",
+                )
+                return disclosure_redirect(reverse("portal:api-keys"))
             owner = next(o for o in owners if str(o.pk) == form.cleaned_data["owner"])
             try:
                 created = accounts.api_key_create(
