@@ -28,10 +28,11 @@ class ApiCursorPagination(CursorPagination):
 
     page_size = 100
     page_size_query_param = "limit"
-    page_size_query_description = (
-        "Results per page: a whole number from 1 (default 100); more than 500 counts as 500."
-    )
     max_page_size = 500
+    page_size_query_description = (
+        f"Results per page: a whole number from 1 (default {page_size}); more than "
+        f"{max_page_size} counts as {max_page_size}."
+    )
     ordering = "pk"
 
     def paginate_queryset(

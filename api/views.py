@@ -25,6 +25,7 @@ from rest_framework.pagination import BasePagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from accounts.models import ApiScope
@@ -120,6 +121,8 @@ def _query_names(view: type[ApiView]) -> frozenset[str]:
     for backend in view.filter_backends:
         if issubclass(backend, OrderingFilter):
             names.add(backend.ordering_param)
+    if api_settings.URL_FORMAT_OVERRIDE:  # ?format=csv, as on every other view
+        names.add(api_settings.URL_FORMAT_OVERRIDE)
     return frozenset(names)
 
 

@@ -1,6 +1,7 @@
-"""Fixes from a security review of the partner API: earnings behind the disclosure for
-personal keys (API and the portal's key form), no ownership ``reason`` in the API, strict
-list query parameters, partner keys that stop when their maker leaves the partner."""
+"""Who reads what, and what a query may say: earnings behind the disclosure for personal keys
+(API and the portal's key form), no ownership ``reason`` in the API, partner keys that stop
+when their maker leaves the partner, and list query parameters that are refused, not
+ignored."""
 
 from __future__ import annotations
 
@@ -198,7 +199,7 @@ def test_an_unknown_query_parameter_on_a_list_is_a_400_naming_it(world):
     client = client_for(world.keys["partner_granted_a"])
     response = client.get("/api/v1/gpus?ownr=x&held=now&zzz=1")
     assert response.status_code == 400
-    takes = "cluster, cursor, held, lifecycle_state, limit, model, ordering, owner"
+    takes = "cluster, cursor, format, held, lifecycle_state, limit, model, ordering, owner"
     message = f"Unknown query parameter; this list takes {takes}."
     assert response.json()["errors"] == {"ownr": [message], "zzz": [message]}
     response = client.get("/api/v1/payouts?paid_after=2026-01-01")
@@ -207,6 +208,7 @@ def test_an_unknown_query_parameter_on_a_list_is_a_400_naming_it(world):
     # The parameters a list does take still work.
     assert client.get("/api/v1/gpus?held=now&ordering=-serial&limit=1").status_code == 200
     assert client.get("/api/v1/statements?currency=EUR&ordering=published_at").status_code == 200
+    assert client.get("/api/v1/gpus?format=json").status_code == 200  # as on a detail view
 
 
 # ---- 4. a partner key stops when its maker leaves the partner --------------------------------
