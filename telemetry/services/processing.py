@@ -605,7 +605,8 @@ _EPS = 1e-6
 
 
 def _impossible(w: Window) -> str | None:
-    """A cross-field contradiction, or None. Single-field bounds were checked on receipt.
+    """A contradiction, or None: cross-field ones, and a window of no samples. The other
+    single-field bounds were checked on receipt.
 
     Written out field by field: it runs for every window, and a loop over getattr costs
     several times as much."""
