@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -109,7 +110,7 @@ class ApiOrderingFilter(OrderingFilter):
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         parameters: list[dict[str, Any]] = super().get_schema_operation_parameters(view)
-        allowed = [f if isinstance(f, str) else f[0] for f in getattr(view, "ordering_fields", ())]
+        allowed = list(getattr(view, "ordering_fields", ()))
         for parameter in parameters:
             if parameter["name"] == self.ordering_param:
                 parameter["description"] = (
@@ -119,11 +120,13 @@ class ApiOrderingFilter(OrderingFilter):
                 )
         return parameters
 
-    def get_ordering(self, request: Request, queryset: Any, view: Any) -> list[str] | None:
-        wanted = request.query_params.get(self.ordering_param, "")
-        terms = [term.strip() for term in wanted.split(",")] if wanted else []
+    def remove_invalid_fields(
+        self, queryset: Any, fields: Iterable[str], view: Any, request: Request
+    ) -> list[str]:
+        """DRF's hook for the terms asked for: refused, not dropped."""
+        fields = list(fields)
         allowed = [name for name, _ in self.get_valid_fields(queryset, view, {"request": request})]
-        unknown = [term for term in terms if term.removeprefix("-") not in allowed]
+        unknown = [term for term in fields if term.removeprefix("-") not in allowed]
         if unknown:
             choices = ", ".join(f"{name}, -{name}" for name in allowed)
             raise BadQuery(
@@ -134,6 +137,9 @@ class ApiOrderingFilter(OrderingFilter):
                     ]
                 }
             )
+        return fields
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> list[str] | None:
         ordering = super().get_ordering(request, queryset, view)
         if not ordering:
             return None
