@@ -16,6 +16,7 @@ from telemetry.models.series import (
     HourlyRollup,
     TelemetryEvent,
     TelemetryWindow,
+    UtilMethod,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "RejectedRecord",
     "TelemetryEvent",
     "TelemetryWindow",
+    "UtilMethod",
 ]

@@ -21,6 +21,12 @@ class GpuState(models.TextChoices):
     NO_DATA = "no_data", "No data"
 
 
+class UtilMethod(models.TextChoices):
+    BUFFER = "buffer", "Driver sample buffer"
+    INSTANT = "instant", "Instantaneous reads"
+    MIXED = "mixed", "Buffer with instantaneous fallback"
+
+
 class TelemetryWindow(models.Model):
     """One GPU, one minute (``window_start`` aligned to the minute, UTC)."""
 
@@ -35,6 +41,16 @@ class TelemetryWindow(models.Model):
     batch_id = models.BigIntegerField(help_text="The IngestBatch it came in.")
     samples_ok = models.SmallIntegerField()
     samples_expected = models.SmallIntegerField()
+    # The seconds of the minute the agent observed: [window_start + from, window_start + to).
+    # Only these count as up or down; the rest of the minute is no_data.
+    observed_from = models.SmallIntegerField(default=0)
+    observed_to = models.SmallIntegerField(default=60)
+    util_method = models.CharField(
+        max_length=8,
+        choices=UtilMethod.choices,
+        null=True,
+        help_text="How the utilization was measured; null when none was.",
+    )
     state = models.CharField(max_length=8, choices=GpuState.choices)
     state_reason = models.TextField(null=True)  # noqa: DJ001
     util_gpu_min = models.FloatField(null=True)
