@@ -1,7 +1,8 @@
 """Telemetry ingestion: worker, catch-up and endpoint throughput, each against a baseline.
 
 Runs on a database of its own (``<DATABASE_URL's name>_bench``, recreated each run) and a
-Celery queue of its own. Sizes scale with ``BENCH_SCALE`` (1.0 = the issue's sizes).
+Celery queue of its own. Sizes scale with ``BENCH_SCALE`` (1.0 = the issue's sizes). Bodies
+are schema 2, as agents send them (``BENCH_SCHEMA=1``: schema 1, as older agents do).
 
 1. worker: 8-window batches, as agents send them live (25 minutes of the whole fleet, from
    :48 of an hour a day ago, so two GPU-hours per GPU whenever it runs), against a raw
@@ -43,6 +44,8 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 QUEUE = "steward-bench"
+# The body schema the simulated agents send: 2, as agents do; BENCH_SCHEMA=1 for old agents.
+SCHEMA = int(os.environ.get("BENCH_SCHEMA", "2"))
 
 
 def _setup_django() -> str:
@@ -77,17 +80,20 @@ def _fleet(nodes: int, gpus: int = 8) -> list[Any]:
 
 
 def _body(node: Any, start: dt.datetime, minutes: int) -> tuple[str, bytes]:
-    """One batch: every GPU of node for ``minutes`` minutes from ``start``."""
+    """One batch (schema ``SCHEMA``): every GPU of node for ``minutes`` minutes from ``start``."""
     import msgspec
 
     from telemetry.testing import batch_document, uuid7, window
 
+    # Schema 2: every minute observed whole, utilization from the driver's sample buffer.
+    v2 = {"observed_from": 0, "observed_to": 60, "util_method": "buffer"} if SCHEMA == 2 else {}
     windows = [
-        window(g.nvml_uuid, start + dt.timedelta(minutes=m), energy_mj=10**9 + m * 6 * 10**6)
+        window(g.nvml_uuid, start + dt.timedelta(minutes=m), energy_mj=10**9 + m * 6 * 10**6,
+               **v2)
         for m in range(minutes)
         for g in node.gpus
-    ]
-    document = batch_document(node=node, windows=windows, batch_id=uuid7())
+    ]  # fmt: skip
+    document = {**batch_document(node=node, windows=windows, batch_id=uuid7()), "schema": SCHEMA}
     return document["batch_id"], gzip.compress(msgspec.json.encode(document), 6, mtime=0)
 
 
@@ -608,7 +614,7 @@ def bench_endpoint(fleet: list[Any]) -> dict[str, float]:
 def main() -> int:
     _setup_django()
     fleet = _fleet(max(10, int(1000 * SCALE)))
-    print(f"fleet: {len(fleet):,} nodes x 8 GPUs; BENCH_SCALE={SCALE}")
+    print(f"fleet: {len(fleet):,} nodes x 8 GPUs; BENCH_SCALE={SCALE}; body schema {SCHEMA}")
     # BENCH_SECTIONS=worker,catch_up,endpoint (default: all) runs only some sections.
     wanted = os.environ.get("BENCH_SECTIONS", "worker,catch_up,endpoint").split(",")
     for name, section in (

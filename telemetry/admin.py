@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from typing import Any
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
@@ -25,7 +27,11 @@ from telemetry.models import (
     RejectedRecord,
     TelemetryEvent,
 )
+from telemetry.selectors import node_windows, nodes_coverage
 from telemetry.services.enrolment import bootstrap_token_issue, node_key_revoke
+
+# How far back the console looks for a node's utilization methods and observed coverage.
+RECENT = dt.timedelta(hours=1)
 
 
 class NoCountPaginator(Paginator[Any]):
@@ -126,15 +132,51 @@ class NodeStatusAdmin(BigTableAdmin[NodeStatus]):
             self.admin_site.admin_view(self.ingest_health_view),
             name="telemetry_ingest_health",
         )
-        return [health, *super().get_urls()]
+        windows = path(
+            "<uuid:node_id>/windows/",
+            self.admin_site.admin_view(self.node_windows_view),
+            name="telemetry_node_windows",
+        )
+        return [health, windows, *super().get_urls()]
 
     def ingest_health_view(self, request: HttpRequest) -> HttpResponse:
+        now = timezone.now()
+        health = selectors.ingest_health(now=now)
+        # Methods and coverage of the nodes listed, over their windows of the last hour.
+        coverage = nodes_coverage(
+            node_ids=[s.node_id for s in health.nodes], start=now - RECENT, end=now
+        )
         context = {
             **self.admin_site.each_context(request),
             "title": "Ingest health",
-            "health": selectors.ingest_health(now=timezone.now()),
+            "health": health,
+            "node_rows": [(s, coverage.get(s.node_id)) for s in health.nodes],
         }
         return TemplateResponse(request, "admin/telemetry/ingest_health.html", context)
+
+    def node_windows_view(self, request: HttpRequest, node_id: uuid.UUID) -> HttpResponse:
+        """A node's windows of the last hour (or the hour before ``?before=``, ISO 8601):
+        windows have a composite key, which Django's admin cannot list, so this page does."""
+        status = NodeStatus.objects.select_related("node").filter(node_id=node_id).first()
+        if status is None:
+            raise Http404("No telemetry from this node.")
+        before = timezone.now()
+        if request.GET.get("before"):
+            try:
+                before = dt.datetime.fromisoformat(request.GET["before"])
+            except ValueError:
+                raise Http404("before must be an ISO 8601 instant.") from None
+            if before.tzinfo is None:
+                before = before.replace(tzinfo=dt.UTC)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Windows of {status.node.hostname}",
+            "status": status,
+            "windows": node_windows(node_id=node_id, before=before, span=RECENT),
+            "before": before,
+            "earlier": before - RECENT,
+        }
+        return TemplateResponse(request, "admin/telemetry/node_windows.html", context)
 
 
 @admin.register(NodeCredential)

@@ -1,11 +1,17 @@
-"""Batch body schema v1, decoded by msgspec into typed structs (no generic walk).
+"""Batch body schemas 1 and 2, decoded by msgspec into typed structs (no generic walk).
 
 Each field carries its own bounds, so a NaN, a negative counter or a 101 % utilization fails
 decoding with the path of the field (``$.windows[3].util_gpu.max``). Cross-field
-impossibilities (min > max, more samples than expected) are the worker's to reject, per window.
-Unknown fields are ignored, so agents may add fields before the server reads them.
+impossibilities (min > max, more samples than expected, an observed span that ends before it
+begins) are the worker's to reject, per window.
+Unknown fields are ignored, so agents may add fields before the server reads them; that is
+also why a schema-1 body's ``observed_*``/``util_method`` keys are ignored: schema 1 does not
+define them.
 Structs are ``gc=False`` (they hold no cycles): the worker decodes millions of them, and the
 cyclic collector walking them would cost more than the decoding.
+
+The two schemas are one tagged union on ``schema``: msgspec reads the tag and decodes the rest
+straight into ``BatchV1`` or ``BatchV2``, so neither pays for the other.
 """
 
 from __future__ import annotations
@@ -16,11 +22,11 @@ import re
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSIONS = (1, 2)
 
 AwareDatetime = Annotated[dt.datetime, msgspec.Meta(tz=True)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
@@ -34,6 +40,7 @@ ShortText = Annotated[str, msgspec.Meta(max_length=200)]
 # What the node's status keeps of the agent's versions (``NodeStatus``: 64 characters).
 VersionText = Annotated[str, msgspec.Meta(max_length=64)]
 GpuUuid = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+UtilMethod = Literal["buffer", "instant", "mixed"]
 
 
 class PercentStats(msgspec.Struct, frozen=True, gc=False):
@@ -93,6 +100,30 @@ class Window(msgspec.Struct, frozen=True, gc=False):
     pcie_replays: Count | None = None
     recovery_action: Annotated[int, msgspec.Meta(ge=0, le=32_767)] | None = None
 
+    # What a schema-1 window says, read as schema 2 (WindowV2 has them as fields): v1 agents
+    # do not say which seconds they observed, so the whole minute as far as the server can
+    # tell, and they only ever read utilization instantaneously. Not fields: a v1 body's keys
+    # of these names are ignored, and the worker reads every window the same way.
+    observed_from: ClassVar[int] = 0
+    observed_to: ClassVar[int] = 60
+
+    @property
+    def util_method(self) -> UtilMethod | None:
+        return None if self.util_gpu is None and self.util_mem is None else "instant"
+
+
+class WindowV2(Window, frozen=True, gc=False, kw_only=True):
+    """A schema-2 window: a schema-1 window that also says which seconds of its minute the
+    agent observed, ``[window_start + observed_from, window_start + observed_to)``, and how
+    its utilization was measured. The three keys are required (``util_method`` may be null).
+    ``observed_from < observed_to`` and "``util_method`` null iff no utilization" are
+    cross-field: the worker rejects such a window, alone."""
+
+    # Fields here, constants on Window (mypy would have a ClassVar stay one).
+    observed_from: Annotated[int, msgspec.Meta(ge=0, le=59)]  # type: ignore[misc]
+    observed_to: Annotated[int, msgspec.Meta(ge=1, le=60)]  # type: ignore[misc]
+    util_method: UtilMethod | None
+
 
 # The contract's kinds, plus what the agent also sends (nvml_available, batch_rejected).
 # Any other kind decodes (a newer agent must not lose a whole batch for it) and the worker
@@ -129,11 +160,9 @@ class Agent(msgspec.Struct, frozen=True, gc=False):
     cuda_version: VersionText | None = None
 
 
-class Batch(msgspec.Struct, frozen=True, gc=False):
-    schema: Literal[1]
+class _Batch(msgspec.Struct, frozen=True, gc=False, tag_field="schema"):
     batch_id: uuid.UUID
     agent: Agent
-    windows: list[Window] = []
     events: list[Event] = []
     # The contract names node_id and sent_at; when given, node_id must match the signed header.
     node_id: uuid.UUID | None = None
@@ -142,12 +171,27 @@ class Batch(msgspec.Struct, frozen=True, gc=False):
     sealed_at: AwareDatetime | None = None
 
 
-_decoder = msgspec.json.Decoder(Batch)
+class BatchV1(_Batch, frozen=True, gc=False, tag=1):
+    SCHEMA: ClassVar[int] = 1
+    windows: list[Window] = []
+
+
+class BatchV2(_Batch, frozen=True, gc=False, tag=2):
+    SCHEMA: ClassVar[int] = 2
+    windows: list[WindowV2] = []
+
+
+Batch = BatchV1 | BatchV2
+
+
+_decoder: msgspec.json.Decoder[BatchV1 | BatchV2] = msgspec.json.Decoder(Batch)
 # The instants a batch may name (UTC): far wider than any clock skew, narrow enough that
 # every one converts to UTC and back.
 INSTANTS = (dt.datetime(2000, 1, 1, tzinfo=dt.UTC), dt.datetime(2100, 1, 1, tzinfo=dt.UTC))
 _UTC = dt.timedelta(0)  # the only offset a batch's times may have
 _PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+_V2_KEYS = frozenset(WindowV2.__struct_fields__) - frozenset(Window.__struct_fields__)
+_MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 _WINDOW = re.compile(r"^windows\[(?P<index>\d+)\]")
 
 
@@ -296,6 +340,16 @@ def _schema_error(message: str, raw: bytes) -> SchemaError:
     match = _PATH.search(message)
     path = match.group("path") if match else ""
     detail = message[: match.start()] if match else message
+    missing = _MISSING.match(detail)
+    if missing:  # the field is the one missing, not the object it is missing from
+        name = missing.group("name")
+        path = f"{path}.{name}" if path else name
+        detail = f"{name} is required"
+        if name in _V2_KEYS:
+            detail += " in a schema-2 window (util_method may be null)"
+    elif path == "schema" and detail.startswith("Invalid value"):
+        versions = " or ".join(str(v) for v in SCHEMA_VERSIONS)
+        detail = f"schema must be {versions}; {detail[len('Invalid value ') :]} is not one"
     window = None
     found = _WINDOW.match(path)
     if found:

@@ -136,6 +136,7 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
         received_at=received_at,
         window_count=len(batch.windows),
         event_count=len(batch.events),
+        schema=batch.SCHEMA,
     )
     if receipt.outcome is Outcome.IN_PROGRESS:
         return problem(409, "in_progress", "This Idempotency-Key is being stored; retry shortly.")

@@ -45,7 +45,7 @@ class TelemetryWindow(models.Model):
     # Only these count as up or down; the rest of the minute is no_data.
     observed_from = models.SmallIntegerField(default=0)
     observed_to = models.SmallIntegerField(default=60)
-    util_method = models.CharField(
+    util_method = models.CharField(  # noqa: DJ001 - null: no utilization was measured
         max_length=8,
         choices=UtilMethod.choices,
         null=True,

@@ -71,8 +71,8 @@ CREATE TEMP TABLE IF NOT EXISTS telemetry_claimed (
     gpu_id uuid, hour timestamptz, lo timestamptz, PRIMARY KEY (gpu_id, hour)
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS telemetry_islands (
-    gpu_id uuid, lo timestamptz, hi timestamptz, p timestamptz, n timestamptz,
-    last timestamptz, PRIMARY KEY (gpu_id, lo)
+    gpu_id uuid, lo timestamptz, hi timestamptz, p timestamptz, p_at timestamptz,
+    n timestamptz, n_at timestamptz, last_at timestamptz, PRIMARY KEY (gpu_id, lo)
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS telemetry_touched_hours (
     gpu_id uuid, hour timestamptz, PRIMARY KEY (gpu_id, hour)
@@ -89,25 +89,37 @@ SELECT gpu_id, hour, lo FROM telemetry_derivedwork
 
 # Consecutive claimed hours of a GPU form one island, touched from lo (the earliest instant
 # marked in it) to hi (the end of its last hour); p: the GPU's last window before lo, n: its
-# first window from hi on (both within LOOKAROUND), last: its last window before hi. Only
-# transitions in (p, n] can have changed.
+# first window from hi on (both within LOOKAROUND), last: its last window before hi. The
+# ``*_at`` columns are the instants those windows begin observing (window_start +
+# observed_from), where their state transitions are dated. Only transitions in (p_at, n_at]
+# can have changed: p's own transition depends on the window before p, and what follows n on
+# the window after n.
 _ISLANDS = """
-INSERT INTO telemetry_islands (gpu_id, lo, hi, p, n, last)
+INSERT INTO telemetry_islands (gpu_id, lo, hi, p, p_at, n, n_at, last_at)
 SELECT i.gpu_id, i.lo, i.hi,
-       (SELECT max(w.window_start) FROM telemetry_window w
-         WHERE w.gpu_id = i.gpu_id AND w.window_start < i.lo
-           AND w.window_start >= i.lo - %(around)s),
-       (SELECT min(w.window_start) FROM telemetry_window w
-         WHERE w.gpu_id = i.gpu_id AND w.window_start >= i.hi
-           AND w.window_start < i.hi + %(around)s),
-       (SELECT max(w.window_start) FROM telemetry_window w
-         WHERE w.gpu_id = i.gpu_id AND w.window_start >= i.lo AND w.window_start < i.hi)
+       p.window_start, p.window_start + p.observed_from * interval '1 second',
+       n.window_start, n.window_start + n.observed_from * interval '1 second',
+       l.window_start + l.observed_from * interval '1 second'
   FROM (SELECT gpu_id, min(lo) AS lo, max(hour) + interval '1 hour' AS hi
           FROM (SELECT gpu_id, hour, lo,
                        hour - interval '1 hour' * row_number() OVER (
                            PARTITION BY gpu_id ORDER BY hour) AS run
                   FROM telemetry_claimed) c
          GROUP BY gpu_id, run) i
+  LEFT JOIN LATERAL (
+        SELECT w.window_start, w.observed_from FROM telemetry_window w
+         WHERE w.gpu_id = i.gpu_id AND w.window_start < i.lo
+           AND w.window_start >= i.lo - %(around)s
+         ORDER BY w.window_start DESC LIMIT 1) AS p ON true
+  LEFT JOIN LATERAL (
+        SELECT w.window_start, w.observed_from FROM telemetry_window w
+         WHERE w.gpu_id = i.gpu_id AND w.window_start >= i.hi
+           AND w.window_start < i.hi + %(around)s
+         ORDER BY w.window_start LIMIT 1) AS n ON true
+  LEFT JOIN LATERAL (
+        SELECT w.window_start, w.observed_from FROM telemetry_window w
+         WHERE w.gpu_id = i.gpu_id AND w.window_start >= i.lo AND w.window_start < i.hi
+         ORDER BY w.window_start DESC LIMIT 1) AS l ON true
 """
 
 _REGION = """
@@ -115,37 +127,40 @@ JOIN telemetry_window w ON w.gpu_id = t.gpu_id
  AND w.window_start >= coalesce(t.p, t.lo) AND w.window_start <= coalesce(t.n, t.hi)
 """
 
-# Transitions strictly after p up to n (or up to the island's last window: a no_data that
-# beat dated at the end of a GPU's last window stays until a later window replaces it).
+# Transitions strictly after p's up to n's (or up to the island's last window's: a no_data
+# that beat dated at the end of a GPU's last observed span stays until a later window replaces
+# it). Bounded by where those windows' states begin, not by their window_start: a window that
+# began observing mid-minute has its transition inside its minute.
 _TRANSITIONS_DELETE = """
 DELETE FROM telemetry_gpustatetransition s USING telemetry_islands t
  WHERE s.gpu_id = t.gpu_id
-   AND s.at > coalesce(t.p, t.lo - interval '1 microsecond')
-   AND s.at <= coalesce(t.n, t.last)
+   AND s.at > coalesce(t.p_at, t.lo - interval '1 microsecond')
+   AND s.at <= coalesce(t.n_at, t.last_at)
 """
 
-# A gap between windows is no_data from the end of the earlier one; a window whose state
-# differs from the one before it starts a transition at its window_start. Regions of two
-# islands of one GPU may overlap at their ends; they agree there, and DISTINCT ON keeps one.
-# Only a window that follows nothing, a gap or another state can start either; the others
-# (nearly all) are dropped before the two candidates are built for each.
+# A window's state begins where it begins observing (window_start + observed_from); after a
+# window, no_data begins where it stopped observing (window_start + observed_to) unless the
+# next window begins observing at that very instant. A window whose state differs from the one
+# before it, or that follows a gap, starts a transition. Regions of two islands of one GPU may
+# overlap at their ends; they agree there, and DISTINCT ON keeps one. Only a window that
+# follows nothing, a gap or another state can start either; the others (nearly all) are
+# dropped before the two candidates are built for each.
 _TRANSITIONS_INSERT = f"""
 INSERT INTO telemetry_gpustatetransition (gpu_id, state, reason, at, recorded_at)
 SELECT DISTINCT ON (r.gpu_id, e.at) r.gpu_id, e.state, e.reason, e.at, now()
   FROM (SELECT * FROM (
-        SELECT w.gpu_id, w.window_start, w.state, w.state_reason, t.p,
-               lag(w.window_start) OVER o AS prev_start, lag(w.state) OVER o AS prev_state
+        SELECT w.gpu_id, w.state, w.state_reason, t.p,
+               w.window_start + w.observed_from * interval '1 second' AS begins,
+               lag(w.window_start + w.observed_to * interval '1 second') OVER o AS prev_end,
+               lag(w.state) OVER o AS prev_state
           FROM telemetry_islands t {_REGION}
         WINDOW o AS (PARTITION BY t.gpu_id, t.lo ORDER BY w.window_start)) AS all_windows
-         WHERE prev_start IS NULL OR window_start > prev_start + interval '60 seconds'
-            OR state <> prev_state) AS r
+         WHERE prev_end IS NULL OR begins > prev_end OR state <> prev_state) AS r
  CROSS JOIN LATERAL (VALUES
-    (CASE WHEN r.window_start > r.prev_start + interval '60 seconds' THEN 'no_data' END,
-     'no telemetry', r.prev_start + interval '60 seconds'),
-    (CASE WHEN r.prev_start IS NULL THEN CASE WHEN r.p IS NULL THEN r.state END
-          WHEN r.window_start > r.prev_start + interval '60 seconds'
-            OR r.state <> r.prev_state THEN r.state END,
-     coalesce(r.state_reason, ''), r.window_start)
+    (CASE WHEN r.begins > r.prev_end THEN 'no_data' END, 'no telemetry', r.prev_end),
+    (CASE WHEN r.prev_end IS NULL THEN CASE WHEN r.p IS NULL THEN r.state END
+          WHEN r.begins > r.prev_end OR r.state <> r.prev_state THEN r.state END,
+     coalesce(r.state_reason, ''), r.begins)
  ) AS e(state, reason, at)
  WHERE e.state IS NOT NULL
  ORDER BY r.gpu_id, e.at
@@ -178,10 +193,10 @@ INSERT INTO telemetry_hourlyrollup
      energy_kwh, temp_max_c, ecc_corrected, ecc_uncorrected, xid_events, computed_at)
 SELECT h.gpu_id, h.hour,
        count(w.window_start),
-       60 * count(*) FILTER (WHERE w.state = 'up'),
-       60 * count(*) FILTER (WHERE w.state = 'degraded'),
-       60 * count(*) FILTER (WHERE w.state = 'down'),
-       round(coalesce(sum(w.util_gpu_avg::numeric * 60)
+       coalesce(sum(w.observed) FILTER (WHERE w.state = 'up'), 0),
+       coalesce(sum(w.observed) FILTER (WHERE w.state = 'degraded'), 0),
+       coalesce(sum(w.observed) FILTER (WHERE w.state = 'down'), 0),
+       round(coalesce(sum(w.util_gpu_avg::numeric * w.observed)
                       FILTER (WHERE w.state IN ('up', 'degraded')), 0), 3),
        round(coalesce(sum({_delta("energy_mj")}), 0)::numeric / {MJ_PER_KWH}, 9),
        max(w.temp_max_c),
@@ -199,6 +214,7 @@ SELECT h.gpu_id, h.hour,
          ORDER BY pw.window_start DESC LIMIT 1) AS prev ON true
   LEFT JOIN LATERAL (
         SELECT x.window_start, x.state, x.util_gpu_avg, x.temp_max_c,
+               x.observed_to - x.observed_from AS observed,
                x.energy_mj, x.ecc_corrected, x.ecc_uncorrected,
                lag(x.energy_mj) OVER o AS prev_energy_mj,
                lag(x.ecc_corrected) OVER o AS prev_ecc_corrected,

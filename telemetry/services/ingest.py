@@ -43,13 +43,15 @@ def batch_receive(
     received_at: dt.datetime,
     window_count: int,
     event_count: int,
+    schema: int,
 ) -> Receipt:
     """Commits the raw batch under ``(node, batch_id)``, or says why not; queues on commit.
 
     A transaction-scoped advisory lock on the key tells a concurrent duplicate (409, retry)
     from a replay of a committed batch (200, the original answer); the unique constraint is
     what finally guarantees one row per key. Lock and insert are one statement in autocommit:
-    the batch is committed when it returns.
+    the batch is committed when it returns. ``schema`` is the body's schema version (1 or 2),
+    kept on the batch for operators.
     """
     answer = {
         "batch_id": str(batch_id),
@@ -70,7 +72,7 @@ def batch_receive(
                     (node_id, batch_id, body_sha256, schema, status, received_at,
                      signed_at, window_count, event_count, attempts, answer, accepted_windows,
                      accepted_events, rejected_count, claimed_by, error)
-                SELECT %s, %s, %s, 1, 'pending', %s, %s, %s, %s, 0, %s, 0, 0, 0, '', ''
+                SELECT %s, %s, %s, %s, 'pending', %s, %s, %s, %s, 0, %s, 0, 0, 0, '', ''
                   FROM lock WHERE lock.locked
                 ON CONFLICT (node_id, batch_id) DO NOTHING
                 RETURNING id
@@ -85,6 +87,7 @@ def batch_receive(
                 node_id,
                 batch_id,
                 body_sha256,
+                schema,
                 received_at,
                 signed_at,
                 window_count,

@@ -49,12 +49,13 @@ WINDOW_COLUMNS = (
     "energy_mj", "temp_avg_c", "temp_max_c", "clock_sm_avg_mhz", "clock_mem_avg_mhz",
     "throttle_reasons", "ecc_corrected", "ecc_uncorrected", "remapped_rows_correctable",
     "remapped_rows_uncorrectable", "remapped_rows_pending", "retired_pages", "pcie_replays",
-    "recovery_action",
+    "recovery_action", "observed_from", "observed_to", "util_method",
 )  # fmt: skip
 WINDOW_TYPES = (
     "uuid", "timestamptz", "uuid", "int8", "int2", "int2", "text", "text", "float8", "float8",
     "float8", "float8", "float8", "int8", "int8", "float8", "float8", "int8", "float8", "float8",
     "float8", "float8", "int8", "int8", "int8", "int4", "int4", "bool", "int4", "int8", "int2",
+    "int2", "int2", "text",
 )  # fmt: skip
 # What the worker's COPY declares: the two uuid columns travel as their 16 raw bytes (a uuid's
 # binary wire form, which PostgreSQL's uuid_recv reads; bytea's dumper writes them as they are,
@@ -318,7 +319,7 @@ class _Loaded:
     accepted_windows: int = 0
     accepted_events: int = 0
     rejected: int = 0
-    last_window_start: dt.datetime | None = None
+    last_window_end: dt.datetime | None = None
 
 
 @dataclass
@@ -633,6 +634,18 @@ def _impossible(w: Window) -> str | None:
     mem, total = w.mem_used_bytes, w.mem_total_bytes
     if mem is not None and total is not None and mem.max > total:
         return f"mem_used_bytes.max {mem.max} > mem_total_bytes {total}"
+    # Only a schema-2 window can contradict these (a v1 one reads as 0–60, its method as
+    # what it measured).
+    if w.observed_from >= w.observed_to:
+        return (
+            f"observed_from {w.observed_from} >= observed_to {w.observed_to}: "
+            "the observed span is empty"
+        )
+    measured = w.util_gpu is not None or w.util_mem is not None
+    if w.util_method is None and measured:
+        return "util_method is null, but util_gpu or util_mem is given"
+    if w.util_method is not None and not measured:
+        return f"util_method is {w.util_method!r}, but neither util_gpu nor util_mem is given"
     return None
 
 
@@ -655,6 +668,7 @@ def _window_row(w: Window, gpu_id: Any, node_id: Any, batch_pk: int) -> tuple[An
         w.remapped_rows_correctable, w.remapped_rows_uncorrectable,
         None if pending is None else bool(pending),
         w.retired_pages, w.pcie_replays, w.recovery_action,
+        w.observed_from, w.observed_to, w.util_method,
     )  # fmt: skip
 
 
@@ -673,6 +687,8 @@ def _fine(w: Window) -> bool:
         and (sm is None or sm.min <= sm.avg <= sm.max)
         and (cm is None or cm.min <= cm.avg <= cm.max)
         and (p is None or (p.avg <= p.max and (p.min is None or p.min <= p.avg)))
+        and w.observed_from < w.observed_to
+        and (w.util_method is None) is (u is None and m is None)
     )  # fmt: skip
 
 
@@ -700,7 +716,7 @@ def _validate_and_write(
             transaction.savepoint_rollback(savepoint)
             for item in loaded:
                 item.accepted_windows = item.accepted_events = item.rejected = 0
-                item.last_window_start = None
+                item.last_window_end = None
         else:
             transaction.savepoint_commit(savepoint)
             return work
@@ -732,7 +748,7 @@ def _validate(
         node = placed.get(str(item.node_id), _NOWHERE)
         whole = node.whole_wire
         node_wire, batch_pk = item.node_id.bytes, item.id
-        last_start: dt.datetime | None = None
+        last: Window | None = None  # the newest window accepted
         accepted = 0
 
         def reject(kind: str, index: int, gpu_uuid: str, at: dt.datetime, reason: str,
@@ -755,8 +771,8 @@ def _validate(
                     continue
                 assert gpu_wire is not None  # _window_problem said it is placed
             accepted += 1
-            if last_start is None or start > last_start:
-                last_start = start
+            if last is None or start > last.window_start:
+                last = w
             row = _window_row(w, gpu_wire, node_wire, batch_pk)
             if emit is not None:
                 emit(row)  # streamed: only the staged path (no emit) needs the rows kept
@@ -772,7 +788,10 @@ def _validate(
             if earliest is None or start < earliest:
                 marks[(w.gpu_uuid, hour)] = start
         item.accepted_windows = accepted
-        item.last_window_start = last_start
+        # Where the node's telemetry ends: the end of the newest window's observed span.
+        item.last_window_end = (
+            None if last is None else last.window_start + dt.timedelta(seconds=last.observed_to)
+        )
         for index, e in enumerate(item.batch.events):
             if e.kind not in EVENT_KINDS:
                 detail = f"event kind {e.kind!r} is not one this server knows"
@@ -922,8 +941,8 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
         seen = latest.get(key)
         if seen is None or item.received_at > seen.received_at:
             latest[key] = item
-        if item.last_window_start is not None:
-            end = item.last_window_start + dt.timedelta(seconds=60)
+        end = item.last_window_end
+        if end is not None:
             known = window_end.get(key)
             if known is None or end > known:
                 window_end[key] = end

@@ -14,9 +14,11 @@ from typing import Any
 from webhooks.outbox import events_emit_select
 
 # Joins restricting the transitions looked at to those the caller's statement could write.
+# A transition is dated where its window begins observing, which may be inside the minute
+# of n (the island's next window): up to n_at, not n.
 ISLANDS = """
 JOIN telemetry_islands t ON t.gpu_id = s.gpu_id
- AND s.at >= coalesce(t.p, t.lo) AND s.at <= coalesce(t.n, t.hi)
+ AND s.at >= coalesce(t.p, t.lo) AND s.at <= coalesce(t.n_at, t.hi)
 """
 STALE_GPUS = "JOIN unnest(%(stale_gpus)s::uuid[]) AS x(gpu_id) ON x.gpu_id = s.gpu_id"
 

@@ -47,8 +47,9 @@ class StaleNode:
 
 def nodes_mark_stale(*, now: dt.datetime) -> list[StaleNode]:
     """Marks nodes silent for ``TELEMETRY_STALE_AFTER_WINDOWS`` windows as stale and records,
-    for each GPU placed on them, a ``no_data`` transition at the end of its last window —
-    when the data stopped, not when beat noticed. Only nodes turning stale are visited."""
+    for each GPU placed on them, a ``no_data`` transition at the end of its last window's
+    observed span (``window_start + observed_to``) — when the data stopped, not when beat
+    noticed. Only nodes turning stale are visited."""
     cutoff = now - WINDOW * settings.TELEMETRY_STALE_AFTER_WINDOWS
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -67,10 +68,10 @@ def nodes_mark_stale(*, now: dt.datetime) -> list[StaleNode]:
                 """
                 INSERT INTO telemetry_gpustatetransition (gpu_id, state, reason, at, recorded_at)
                 SELECT p.gpu_id, 'no_data', 'node stale: no telemetry',
-                       last.window_start + interval '60 seconds', now()
+                       last.window_start + last.observed_to * interval '1 second', now()
                   FROM fleet_placement p
                   CROSS JOIN LATERAL (
-                        SELECT w.window_start FROM telemetry_window w
+                        SELECT w.window_start, w.observed_to FROM telemetry_window w
                          WHERE w.gpu_id = p.gpu_id AND w.window_start >= %(since)s
                          ORDER BY w.window_start DESC LIMIT 1) AS last
                  WHERE p.node_id = ANY(%(nodes)s::uuid[])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
+from decimal import Decimal
+from typing import Any
 
 import psycopg
 import pytest
@@ -262,4 +264,183 @@ def test_concurrent_passes_claim_each_mark_once(post):
     incremental = rollup_rows()
     HourlyRollup.objects.all().delete()
     rollups_rebuild(start=T0, end=T0 + 10 * HOUR)
+    assert rollup_rows() == incremental
+
+
+# Partial windows (schema 2): only the observed seconds of a minute count, and transitions are
+# dated where observing began and stopped.
+
+
+def v2(gpu_uuid, start, span=(0, 60), state="up", util=50.0, **overrides):
+    """A schema-2 window observed over ``span`` seconds of its minute."""
+    measured = util is not None
+    return window(
+        gpu_uuid, start, state=state, observed_from=span[0], observed_to=span[1],
+        util_gpu={"min": 0.0, "avg": util, "max": 100.0} if measured else None,
+        util_mem=overrides.pop("util_mem", None), util_method="buffer" if measured else None,
+        **overrides,
+    )  # fmt: skip
+
+
+def send_v2(post, node, windows):
+    response = post(node, {**batch_document(node=node, windows=windows), "schema": 2})
+    assert response.status_code == 202, response.json()
+
+
+def seconds(n: int) -> dt.timedelta:
+    return dt.timedelta(seconds=n)
+
+
+def timeline(gpu):
+    """The GPU's transitions in time order: (state, at, reason)."""
+    return list(
+        GpuStateTransition.objects.filter(gpu=gpu)
+        .order_by("at")
+        .values_list("state", "at", "reason")
+    )
+
+
+# An hour of one GPU: started mid-minute, stopped mid-minute, restarted mid-minute, a stop of
+# 30 s between two minutes, and the minutes in between observed whole.
+PARTIAL = [  # minute, span, state, util
+    (0, (25, 60), "up", 50.0),
+    (1, (0, 60), "up", 40.0),
+    (2, (0, 20), "up", 10.0),
+    (5, (10, 60), "degraded", 30.0),
+    (6, (0, 60), "down", None),
+    (7, (0, 60), "up", 20.0),
+    (8, (0, 30), "up", 60.0),
+    (9, (0, 60), "up", 50.0),
+]
+PARTIAL_TRANSITIONS = [
+    ("up", at(0) + seconds(25), ""),
+    ("no_data", at(2) + seconds(20), "no telemetry"),
+    ("degraded", at(5) + seconds(10), ""),
+    ("down", at(6), ""),
+    ("up", at(7), ""),
+    ("no_data", at(8) + seconds(30), "no telemetry"),
+    ("up", at(9), ""),
+]
+
+
+@pytest.mark.usefixtures("now")
+@pytest.mark.parametrize("late", [(), (1,), (5, 6, 7), (0, 9), (2, 5)])
+def test_partial_windows_count_their_observed_seconds_and_date_their_transitions(node, post, late):
+    """Whatever arrives late (the pass having run in between), the hour's rollup counts only
+    observed seconds and the transitions are exactly those of the contract: none lost next
+    to a window that began observing mid-minute, none left over."""
+    g0 = node.gpus[0]
+    windows = {m: v2(g0.nvml_uuid, at(m), span, state, util) for m, span, state, util in PARTIAL}
+    send_v2(post, node, [w for m, w in windows.items() if m not in late])
+    batches_process(worker="w")
+    derived_drain(limit=100)
+    if late:
+        send_v2(post, node, [windows[m] for m in late])
+        batches_process(worker="w")
+        derived_drain(limit=100)
+    rollup = HourlyRollup.objects.get(gpu=g0)
+    # up: 35 + 60 + 20 + 60 + 30 + 60; busy: 50×35 + 40×60 + 10×20 + 30×50 + 20×60 + 60×30 + 50×60
+    assert (rollup.windows, rollup.seconds_up, rollup.seconds_degraded, rollup.seconds_down) == (
+        8, 265, 50, 60
+    )  # fmt: skip
+    assert str(rollup.util_gpu_seconds) == "11850.000"
+    assert timeline(g0) == PARTIAL_TRANSITIONS
+    incremental = rollup_rows()
+    HourlyRollup.objects.all().delete()
+    rollups_rebuild(start=T0, end=T0 + HOUR)
+    assert rollup_rows() == incremental
+
+
+@pytest.mark.usefixtures("now")
+def test_a_late_window_before_one_that_began_mid_minute_in_the_next_hour(node, post):
+    """The first window after an island (n) began observing mid-minute: its transition is
+    inside its minute, and is recomputed, not kept twice or dropped."""
+    gpu = node.gpus[0]
+    g0 = gpu.nvml_uuid
+    send_v2(post, node, [v2(g0, at(57)), v2(g0, at(60), (15, 60), "down", None)])
+    batches_process(worker="w")
+    derived_drain(limit=100)
+    assert [(s, a) for s, a, _ in timeline(gpu)] == [
+        ("up", at(57)), ("no_data", at(58)), ("down", at(60) + seconds(15))
+    ]  # fmt: skip
+    send_v2(post, node, [v2(g0, at(58)), v2(g0, at(59), (0, 60), "down", None)])
+    batches_process(worker="w")
+    derived_drain(limit=100)
+    assert [(s, a) for s, a, _ in timeline(gpu)] == [
+        ("up", at(57)), ("down", at(59)), ("no_data", at(60)), ("down", at(60) + seconds(15))
+    ]  # fmt: skip
+    rollups = {r.hour: r for r in HourlyRollup.objects.all()}
+    assert (rollups[T0].seconds_up, rollups[T0].seconds_down) == (120, 60)
+    assert (rollups[T0 + HOUR].seconds_up, rollups[T0 + HOUR].seconds_down) == (0, 45)
+
+
+def expected_transitions(windows):
+    """The contract, written plainly: a window's state begins at window_start +
+    observed_from; no_data begins at window_start + observed_to unless the next window begins
+    observing at that instant; a transition only where the state changes or data resumes."""
+    out: list[tuple[str, str, dt.datetime, str]] = []
+    by_gpu: dict[str, list[dict[str, Any]]] = {}
+    for w in windows:
+        by_gpu.setdefault(w["gpu_uuid"], []).append(w)
+    for gpu_uuid, ws in by_gpu.items():
+        prev_end = prev_state = None
+        for w in sorted(ws, key=lambda w: w["window_start"]):
+            start = dt.datetime.fromisoformat(w["window_start"])
+            begins = start + seconds(w["observed_from"])
+            if prev_end is not None and begins > prev_end:
+                out.append((gpu_uuid, "no_data", prev_end, "no telemetry"))
+            if prev_end is None or begins > prev_end or w["state"] != prev_state:
+                out.append((gpu_uuid, w["state"], begins, w["state_reason"] or ""))
+            prev_end, prev_state = start + seconds(w["observed_to"]), w["state"]
+    return sorted(out)
+
+
+@pytest.mark.usefixtures("now")
+def test_incremental_passes_over_partial_windows_equal_a_rebuild_and_the_contract(node, post):
+    """Shuffled delivery of partly observed minutes, gaps, resets; the pass now and then, 3
+    marks at a time. Rollups equal a rebuild and a plain sum of observed seconds; transitions
+    equal the contract's, computed here without SQL."""
+    rng = random.Random(18)
+    windows = []
+    for g in node.gpus:
+        energy = 0
+        for m in range(180):
+            if rng.random() < 0.1:
+                continue
+            span = (0, 60)
+            if rng.random() < 0.3:
+                lo = rng.choice([0, 0, rng.randrange(1, 59)])
+                span = (lo, rng.choice([60, rng.randrange(lo + 1, 61)]))
+            state = rng.choice(["up", "up", "degraded", "down"])
+            util = None if state == "down" else rng.randrange(0, 100_000) / 1000
+            energy = rng.randrange(10**6) if rng.random() < 0.03 else energy + rng.randrange(10**7)
+            windows.append(v2(g.nvml_uuid, at(m), span, state, util, energy_mj=energy))
+    rng.shuffle(windows)
+    for first in range(0, len(windows), 23):
+        send_v2(post, node, windows[first : first + 23])
+        batches_process(worker="w")
+        if rng.random() < 0.3:
+            derived_process(limit=3)
+    derived_drain(limit=3)
+    assert marks() == []
+    nvml = {g.id: g.nvml_uuid for g in node.gpus}
+    assert sorted((nvml[g], s, a, r) for g, s, a, r in transition_rows()) == (
+        expected_transitions(windows)
+    )
+    incremental = rollup_rows()
+    sums: dict[tuple[str, dt.datetime], tuple[int, int, int, Decimal]] = {}
+    for w in windows:
+        start = dt.datetime.fromisoformat(w["window_start"])
+        key = (w["gpu_uuid"], start.replace(minute=0))
+        up, degraded, down, busy = sums.get(key, (0, 0, 0, Decimal(0)))
+        observed = w["observed_to"] - w["observed_from"]
+        if w["state"] != "down":
+            busy += Decimal(str(w["util_gpu"]["avg"])) * observed
+        up += observed if w["state"] == "up" else 0
+        degraded += observed if w["state"] == "degraded" else 0
+        down += observed if w["state"] == "down" else 0
+        sums[key] = (up, degraded, down, busy)
+    assert {(nvml[r[0]], r[1]): (r[3], r[4], r[5], r[6]) for r in incremental} == sums
+    HourlyRollup.objects.all().delete()
+    rollups_rebuild(start=T0, end=T0 + 3 * HOUR)
     assert rollup_rows() == incremental

@@ -93,8 +93,17 @@ def test_the_real_agent_s_batches_are_accepted_stored_and_rolled_up(run: Run) ->
     # millijoules, whatever the 5 s power samples missed while the load started and stopped.
     rise_mj = windows[-1]["energy_mj"] - windows[0]["energy_mj"]
     assert rollup.energy_kwh == (Decimal(rise_mj) / 3_600_000_000).quantize(Decimal("1e-9"))
-    # Each window counts its whole minute, the partial ones the agent sealed at its start and
-    # exit included (they say as many samples expected as ok: the server cannot tell they were
-    # cut short); utilization is weighted by those seconds.
-    assert rollup.seconds_up == 5 * 60
-    assert rollup.util_gpu_seconds == sum(Decimal(str(w["util_gpu"]["avg"])) * 60 for w in windows)
+    # Each window counts its observed seconds, utilization weighted by them. A schema-1 agent
+    # does not say which seconds it observed: its windows count their whole minute, the partial
+    # ones it sealed at its start and exit included, and read instantaneously; a schema-2
+    # agent's say which seconds and which method.
+    (schema,) = {d["schema"] for d in documents}
+    if schema == 1:
+        spans = [(0, 60, "instant") for _ in windows]
+    else:
+        spans = [(w["observed_from"], w["observed_to"], w["util_method"]) for w in windows]
+    assert [(w.observed_from, w.observed_to, w.util_method) for w in stored] == spans
+    observed = [to - start for start, to, _ in spans]
+    assert rollup.seconds_up == sum(observed)
+    busy = [Decimal(str(w["util_gpu"]["avg"])) * s for w, s in zip(windows, observed, strict=True)]
+    assert rollup.util_gpu_seconds == sum(busy)

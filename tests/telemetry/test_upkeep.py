@@ -68,6 +68,41 @@ def test_a_silent_node_turns_stale_from_when_its_data_stopped(node, post, now):
     ]
 
 
+def test_a_stale_node_s_no_data_is_dated_where_its_last_observed_span_ended(node, post, now):
+    """A schema-2 agent stopped 40 s into its last minute: the silence begins there, not at
+    the minute's end; a pass that runs after beat keeps it; and when the agent comes back
+    mid-minute, its GPU is up again from the second it began observing."""
+    g0 = node.gpus[0]
+
+    def v2(minute, span):
+        return window(g0.nvml_uuid, T0 + dt.timedelta(minutes=minute), observed_from=span[0],
+                      observed_to=span[1], util_method="buffer")  # fmt: skip
+
+    def send(windows):
+        document = {**batch_document(node=node, windows=windows), "schema": 2}
+        assert post(node, document).status_code == 202
+        batches_process(worker="w")
+
+    send([v2(0, (0, 60)), v2(1, (0, 40))])
+    assert [s.node_id for s in upkeep.nodes_mark_stale(now=NOW + dt.timedelta(minutes=4))] == [
+        str(node.id)
+    ]
+    derived_drain(limit=1000)  # the pass that recomputes those windows runs after beat
+    timeline = GpuStateTransition.objects.filter(gpu=g0).order_by("at")
+    assert [(t.state, t.at, t.reason) for t in timeline] == [
+        ("up", T0, ""),
+        ("no_data", T0 + dt.timedelta(minutes=1, seconds=40), "node stale: no telemetry"),
+    ]
+    now.move_to(NOW + dt.timedelta(minutes=20))
+    send([v2(25, (12, 60))])
+    derived_drain(limit=1000)
+    assert [(t.state, t.at) for t in timeline.all()] == [
+        ("up", T0),
+        ("no_data", T0 + dt.timedelta(minutes=1, seconds=40)),
+        ("up", T0 + dt.timedelta(minutes=25, seconds=12)),
+    ]
+
+
 def test_partitions_are_created_ahead_and_dropped_after_retention(db, settings):
     settings.TELEMETRY_PARTITIONS_AHEAD_DAYS = 2
     settings.TELEMETRY_RAW_RETENTION_DAYS = 3
