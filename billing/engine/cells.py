@@ -41,8 +41,8 @@ class PartialHour:
     """The part of one UTC hour inside a cell, summed exactly (rounded only per hour)."""
 
     hour: datetime
-    busy_pct_s: Decimal  # Σ utilization % x up seconds
-    energy_mj_s: int  # Σ counter delta (mJ) x seconds of the window counted
+    busy_pct_s: Decimal  # Σ utilization % x observed up seconds
+    energy_mj_s: int  # Σ counter delta (mJ) x seconds of its minute counted (of all 60)
 
 
 class Cell(NamedTuple):
@@ -55,7 +55,8 @@ class Cell(NamedTuple):
     maintenance: bool
     incident: bool
     operator_incident: bool
-    # What the telemetry says inside the cell, whatever the flags (the flags decide below).
+    # What the telemetry says inside the cell, whatever the flags (the flags decide below):
+    # only the seconds windows observed; the rest of the cell is no_data.
     telemetry_up_s: int = 0  # up or degraded
     telemetry_down_s: int = 0
     whole_busy_pct_s: Decimal = Decimal(0)  # Σ over whole hours, each rounded

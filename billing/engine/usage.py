@@ -3,8 +3,13 @@
 A ``GpuTimeline`` holds one GPU's inputs for a period: its telemetry windows (one minute
 each), in-service intervals, maintenance windows and incidents that cover it. ``measure``
 answers for any sub-interval — an ownership slice, a rental, a rate-card piece — so time can
-be cut at any second, including inside a minute (a window's seconds and energy are then
-prorated).
+be cut at any second, including inside a minute.
+
+A window claims up or down only for the seconds its agent observed,
+``[start + observed_from, start + observed_to)``; the rest of its minute is no_data (an agent
+that started or stopped inside the minute did not see it). Its busy seconds are utilization ×
+those observed up seconds. Its energy is the counter's rise over the whole minute, so a cut
+inside the minute takes it pro rata over all 60 seconds, observed or not.
 
 Busy seconds and energy are reckoned **per GPU-hour** at the precision the hourly rollups
 store (Σ utilization % × seconds to 0.001, energy to 0.000000001 kWh, halves away from zero
@@ -58,7 +63,8 @@ def exact_decimal(value: Fraction) -> Decimal:
 
 @dataclass(frozen=True)
 class TelemetryMinute:
-    """One stored telemetry window: ``[start, start + 1 min)``."""
+    """One stored telemetry window: ``[start, start + 1 min)``, of which the agent observed
+    ``[start + observed_from, start + observed_to)`` (whole seconds; 0–60 from v1 agents)."""
 
     start: datetime
     state: str  # up | degraded | down
@@ -66,6 +72,8 @@ class TelemetryMinute:
     energy_kwh: Decimal  # counter delta attributed to this minute (resets already handled)
     # The same delta in millijoules when it came from the counter: exact, where kWh repeats.
     energy_mj: int | None = None
+    observed_from: int = 0
+    observed_to: int = 60
 
     @property
     def energy_exact_kwh(self) -> Fraction:
@@ -75,7 +83,16 @@ class TelemetryMinute:
 
     @property
     def interval(self) -> Interval:
+        """The whole minute: what its energy is spread over."""
         return Interval(self.start, self.start + WINDOW)
+
+    @property
+    def observed(self) -> Interval:
+        """The seconds its state claims (up or down); the rest of the minute is no_data."""
+        return Interval(
+            self.start + timedelta(seconds=self.observed_from),
+            self.start + timedelta(seconds=self.observed_to),
+        )
 
 
 @dataclass(frozen=True)
@@ -122,8 +139,8 @@ class GpuTimeline:
     def __post_init__(self) -> None:
         self.minutes = sorted(self.minutes, key=lambda m: m.start)
         self._starts = [m.start for m in self.minutes]
-        self._up = normalize(m.interval for m in self.minutes if m.state in UP_STATES)
-        down = [m.interval for m in self.minutes if m.state not in UP_STATES]
+        self._up = normalize(m.observed for m in self.minutes if m.state in UP_STATES)
+        down = [m.observed for m in self.minutes if m.state not in UP_STATES]
         self._down = normalize([*down, *self.incidents])
 
     def partition(self, window: Interval) -> StatePartition:
@@ -143,7 +160,8 @@ class GpuTimeline:
     def _measure(self, window: Interval) -> Measure:
         parts = self.partition(window)
         touching = self._minutes_touching(window)
-        up_seconds = _overlaps([m.interval for m in touching], parts.up)
+        # Up seconds (and so busy) from the observed span, energy from the whole minute.
+        up_seconds = _overlaps([m.observed for m in touching], parts.up)
         service_seconds = _overlaps([m.interval for m in touching], parts.in_service)
         busy_by_hour: dict[datetime, Decimal] = {}
         energy_by_hour: dict[datetime, Fraction] = {}

@@ -7,7 +7,11 @@ cell, windows for the partial hours at its ends. ``timeline_load`` reads the raw
 
 A window's energy is its counter's increase over the GPU's previous window within two days
 of the start of its hour, or its own value when the counter went backwards (a reset) —
-exactly as ``telemetry.services.derived`` computes rollups.
+exactly as ``telemetry.services.derived`` computes rollups. A window's up or down seconds (and
+busy: utilization × up seconds) are only those its agent observed,
+``[window_start + observed_from, window_start + observed_to)``, as the rollups count them; its
+energy is spread over the whole minute, so a range that cuts the minute takes it pro rata of
+60 s.
 """
 
 from __future__ import annotations
@@ -52,20 +56,28 @@ CROSS JOIN LATERAL (SELECT CASE
     ELSE w.energy_mj END AS delta_mj) AS d
 """
 
+# Per range and hour: up and down seconds (the range's overlap with each window's observed
+# span, ``seen``), busy (utilization × those up seconds), and energy × seconds (the counter
+# delta times the range's overlap with the whole minute, ``s``: energy is spread over all 60).
 _WINDOW_PIECES = f"""
 SELECT r.idx, date_trunc('hour', w.window_start, 'UTC') AS hour,
-       coalesce(sum(o.s) FILTER (WHERE w.state IN ('up', 'degraded')), 0),
-       coalesce(sum(o.s) FILTER (WHERE w.state = 'down'), 0),
-       coalesce(sum(w.util_gpu_avg::numeric * o.s)
+       coalesce(sum(o.seen) FILTER (WHERE w.state IN ('up', 'degraded')), 0),
+       coalesce(sum(o.seen) FILTER (WHERE w.state = 'down'), 0),
+       coalesce(sum(w.util_gpu_avg::numeric * o.seen)
                 FILTER (WHERE w.state IN ('up', 'degraded')), 0),
        coalesce(sum(d.delta_mj * o.s), 0)
   FROM billing_usage_range r
   JOIN telemetry_window w ON w.gpu_id = r.gpu_id
    AND w.window_start > r.lo - interval '60 seconds' AND w.window_start < r.hi
   {_DELTA}
- CROSS JOIN LATERAL (SELECT extract(epoch FROM
+ CROSS JOIN LATERAL (SELECT
+    extract(epoch FROM
         least(w.window_start + interval '60 seconds', r.hi) - greatest(w.window_start, r.lo)
-    )::bigint AS s) AS o
+    )::bigint AS s,
+    greatest(extract(epoch FROM
+        least(w.window_start + w.observed_to * interval '1 second', r.hi)
+        - greatest(w.window_start + w.observed_from * interval '1 second', r.lo)
+    )::bigint, 0) AS seen) AS o
  GROUP BY r.idx, hour
 """  # noqa: S608 - constants only, no input
 
@@ -466,7 +478,8 @@ def cells_load_many(
 
 
 _MINUTES = f"""
-SELECT w.gpu_id, w.window_start, w.state, w.util_gpu_avg::numeric, d.delta_mj
+SELECT w.gpu_id, w.window_start, w.state, w.util_gpu_avg::numeric, d.delta_mj,
+       w.observed_from, w.observed_to
   FROM telemetry_window w
   {_DELTA}
  WHERE w.gpu_id = ANY(%(gpus)s) AND w.window_start > %(start)s - interval '60 seconds'
@@ -484,7 +497,7 @@ def timeline_load(*, facts: Sequence[GpuFacts]) -> dict[uuid.UUID, GpuTimeline]:
     minutes: dict[uuid.UUID, list[TelemetryMinute]] = defaultdict(list)
     with connection.cursor() as cursor:
         cursor.execute(_MINUTES, {"gpus": [f.gpu_id for f in facts], "start": start, "end": end})
-        for gpu_id, window_start, state, util, delta_mj in cursor.fetchall():
+        for gpu_id, window_start, state, util, delta_mj, seen_from, seen_to in cursor.fetchall():
             minutes[gpu_id].append(
                 TelemetryMinute(
                     start=window_start,
@@ -492,6 +505,8 @@ def timeline_load(*, facts: Sequence[GpuFacts]) -> dict[uuid.UUID, GpuTimeline]:
                     util_avg=util,
                     energy_kwh=Decimal(delta_mj) / MJ_PER_KWH,
                     energy_mj=int(delta_mj),
+                    observed_from=seen_from,
+                    observed_to=seen_to,
                 )
             )
     return {

@@ -123,7 +123,9 @@ def windows(
     change: Callable[[dt.datetime, Minute], Minute] | None = None,
 ) -> int:
     """Writes one window a minute over ``[start, end)``; the energy counter climbs steadily
-    from ``energy_start``. ``change`` may edit any minute's values. Returns the count."""
+    from ``energy_start``. ``change`` may edit any minute's values, among them ``observed``
+    (the seconds of the minute the agent observed, ``(from, to)``; 0–60 unless changed).
+    Returns the count."""
     skip = list(skip)
     rows = []
     t = start
@@ -131,11 +133,27 @@ def windows(
     while t < end:
         counter += energy_per_minute
         if not any(a <= t < b for a, b in skip):
-            values: Minute = {"state": state, "util": util, "energy_mj": counter}
+            values: Minute = {
+                "state": state,
+                "util": util,
+                "energy_mj": counter,
+                "observed": (0, 60),
+            }
             if change is not None:
                 values = change(t, values)
             rows.append(
-                (g.pk, t, node.pk, 0, 12, 12, values["state"], values["util"], values["energy_mj"])
+                (
+                    g.pk,
+                    t,
+                    node.pk,
+                    0,
+                    12,
+                    12,
+                    values["state"],
+                    values["util"],
+                    values["energy_mj"],
+                    *values["observed"],
+                )
             )
         t += MINUTE
     write_rows(rows)
@@ -143,17 +161,21 @@ def windows(
 
 
 def write_rows(rows: list[tuple[Any, ...]]) -> None:
+    """Rows of (gpu, window_start, node, batch, samples ok, expected, state, util, energy),
+    optionally followed by (observed_from, observed_to); without them a window observed its
+    whole minute, as a v1 agent's."""
     days = {r[1].date() for r in rows}
     window_partitions_ensure(days=days)
     with (
         connection.cursor() as cursor,
         cursor.cursor.copy(
             "COPY telemetry_window (gpu_id, window_start, node_id, batch_id, samples_ok, "
-            "samples_expected, state, util_gpu_avg, energy_mj) FROM STDIN"
+            "samples_expected, state, util_gpu_avg, energy_mj, observed_from, observed_to) "
+            "FROM STDIN"
         ) as copy,
     ):
         for row in rows:
-            copy.write_row(row)
+            copy.write_row(row if len(row) == 11 else (*row, 0, 60))
 
 
 def rebuild(start: dt.datetime, end: dt.datetime) -> None:
@@ -192,23 +214,40 @@ def alice_up_all_month(by: User, start: dt.datetime, end: dt.datetime) -> Gpu:
     return one
 
 
-def worked_example(by: User) -> dict[str, Any]:
+TRANSFER = dt.datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)
+
+
+def agent_restart_at_transfer(t: dt.datetime, values: Minute) -> Minute:
+    """Worked example 2 of docs/accounting.md: the agent stops at 11:59:35 (its last window
+    observed 0–35 s, its counter read then: 25 s of the minute's 36 kJ, 15 kJ, are not in it)
+    and a new one starts at 12:00:20, reading 80 % over 20–60 s of that minute; its counter
+    is interpolated to 12:01 as usual, so its delta holds the 15 kJ besides its own 36 kJ."""
+    if t == dt.datetime(2026, 3, 10, 11, 59, tzinfo=UTC):
+        return {**values, "observed": (0, 35), "energy_mj": values["energy_mj"] - 15_000_000}
+    if t == dt.datetime(2026, 3, 10, 12, 0, tzinfo=UTC):
+        return {**values, "observed": (20, 60), "util": 80.0}
+    return values
+
+
+def worked_example(
+    by: User, change: Callable[[dt.datetime, Minute], Minute] | None = None
+) -> dict[str, Any]:
     """The worked example of docs/accounting.md, March 2026: SN-1 up all month at 50 %,
     0.01 kWh a minute, rented all month at 2.00 EUR per GPU-hour; Alice holds it until
     2026-03-10 12:00:30, then Bob. Rate card: hosting 100.00 a month, power 0.20 per kWh at
-    PUE 1.5, management 10 %. No period row is made."""
+    PUE 1.5, management 10 %. No period row is made. ``change`` edits minutes (as for
+    ``windows``): ``agent_restart_at_transfer`` gives worked example 2's telemetry."""
     from billing.services.revenue import rental_create
 
     march = (dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 4, 1, tzinfo=UTC))
     f = fleet()
     card_gpu = gpu(f, "SN-1", slot=0)
     alice, bob = owner("Alice Compute Ltd"), owner("Bob Chen")
-    transfer = dt.datetime(2026, 3, 10, 12, 0, 30, tzinfo=UTC)
-    own(card_gpu, alice, 10_000, EPOCH, transfer)
-    own(card_gpu, bob, 10_000, transfer)
+    own(card_gpu, alice, 10_000, EPOCH, TRANSFER)
+    own(card_gpu, bob, 10_000, TRANSFER)
     card(f, by)
     # From the last minute of February, so March's first minute has a counter delta too.
-    windows(card_gpu, march[0] - dt.timedelta(minutes=1), march[1], node=f.node)
+    windows(card_gpu, march[0] - dt.timedelta(minutes=1), march[1], node=f.node, change=change)
     rebuild(*march)
     rental_create(
         cluster=f.cluster,

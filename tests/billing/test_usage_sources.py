@@ -4,10 +4,13 @@ and the reference ``GpuTimeline`` built from every raw minute."""
 import datetime as dt
 import itertools
 import random
+import uuid
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from billing.engine.intervals import Interval
 from billing.selectors import usage
@@ -19,12 +22,14 @@ from billing.selectors.availability import (
 from billing.selectors.facts import gpu_facts
 from billing.selectors.usage import cells_load, timeline_load
 from fleet.models import (
+    Gpu,
     Incident,
     IncidentCause,
     LifecycleState,
     LifecycleTransition,
     MaintenanceWindow,
 )
+from telemetry.services.derived import rollups_rebuild
 from tests.billing import scenario as s
 
 pytestmark = pytest.mark.django_db
@@ -48,9 +53,24 @@ def messy():
     s.own(a, bob, 6_000, transfer)
     s.own(b, alice, 2_500, s.EPOCH)
 
+    # Agent stops and starts around the silences, and windows that observed only part of
+    # their minute throughout (up, degraded and down ones, the transfer's minute among them).
+    stops = {at(3, 4, 16), at(20, 2, 59)}
+    starts = {at(3, 4, 18), at(20, 9)}
+
     def change(t, v):
         minute_of_day = t.hour * 60 + t.minute
         v["util"] = [41.666666666666664, 99.9, 0.1, 73.3][minute_of_day % 4]
+        if t in stops or minute_of_day % 11 == 5:  # 12:00 on the 10th: the transfer at :30
+            v["observed"] = (0, 35)
+        elif t in starts or minute_of_day % 7 == 3:
+            v["observed"] = (20, 60)
+        elif minute_of_day % 13 == 0:
+            v["observed"] = (7, 53)
+        elif minute_of_day % 17 == 16:
+            v["observed"] = (59, 60)
+        elif minute_of_day % 19 == 1:
+            v["observed"] = (0, 1)
         if at(7, 2) <= t < at(7, 4, 30):
             v["state"] = "down"
         if at(8, 9) <= t < at(8, 9, 45):
@@ -132,6 +152,8 @@ def test_cells_from_rollups_equal_cells_from_windows_equal_the_reference(messy, 
 def test_every_sub_interval_a_statement_asks_for_agrees(messy):
     # Cut March at the transfer and at odd seconds, as ownership runs and rentals do.
     cuts = [messy["transfer"], at(3, 4, 17, 30), at(15, 6, 20, 10), at(18, 0, 0, 1)]
+    # Inside partly observed minutes: after an agent stopped, before one started.
+    cuts += [at(3, 4, 16, 40), at(3, 4, 18, 10), at(20, 9, 0, 25), at(20, 2, 59, 34)]
     facts = gpu_facts(gpu_ids=[messy["a"].pk], start=MARCH.start, end=MARCH.end)
     fast = cells_load(facts=facts, extra_cuts={messy["a"].pk: set(cuts)})[messy["a"].pk]
     reference = timeline_load(facts=facts)[messy["a"].pk]
@@ -226,3 +248,138 @@ def test_a_day_of_hours_with_partial_hours_at_its_ends_agrees(messy, monkeypatch
             assert fast[g].measure(Interval(start, end)) == reference[g].measure(
                 Interval(start, end)
             ), (start, end)
+
+
+@pytest.fixture
+def restarts():
+    """SN-R on 3 March, 10:00–10:07: an agent starts at 10:00:20 (50 %), reads 30 % for the
+    whole of 10:01, stops at 10:02:35 (80 %); nothing for 10:03–10:04; a new agent starts at
+    10:05:20 and finds the GPU down, then up at 10 % for 10:06. The counter rises 36 kJ a
+    minute from 09:59 (a whole window, so 10:00 has a previous counter)."""
+    f = s.fleet()
+    g = s.gpu(f, "SN-R", slot=0)
+    minutes: dict[dt.datetime, s.Minute] = {
+        at(3, 10, 0): {"observed": (20, 60), "util": 50.0},
+        at(3, 10, 1): {"util": 30.0},
+        at(3, 10, 2): {"observed": (0, 35), "util": 80.0},
+        at(3, 10, 5): {"observed": (20, 60), "util": None, "state": "down"},
+        at(3, 10, 6): {"util": 10.0},
+    }
+    s.windows(
+        g,
+        at(3, 9, 59),
+        at(3, 10, 7),
+        node=f.node,
+        skip=[(at(3, 10, 3), at(3, 10, 5))],
+        change=lambda t, v: {**v, **minutes.get(t, {})},
+    )
+    s.rebuild(at(3), at(4))
+    return g
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "figures"),
+    [
+        # The whole hour (from its rollup): up 40 + 60 + 35 + 60, down 40 of 10:05, the rest
+        # no_data; busy 50 × 40 + 30 × 60 + 80 × 35 + 10 × 60 = 7,200 %·s = 72 s; energy
+        # 36 kJ for each of 10:00, 10:01, 10:02, 10:06, and 108 kJ for 10:05 (its counter
+        # rose over the silent minutes too): 252 kJ = 0.07 kWh.
+        (at(3, 10), at(3, 11), (3600, 195, 40, 3365, Decimal(72), Decimal("0.07"))),
+        # Cut inside partly observed minutes (from the windows): 10:00:30–10:01 up 30 s,
+        # 10:01 up 60 s, 10:02:00–10:02:10 up 10 s; busy (50 × 30 + 30 × 60 + 80 × 10) / 100
+        # = 41 s; energy spread over each whole minute: (30 + 60 + 10) / 60 × 36 kJ = 60 kJ =
+        # 0.0166… kWh, rounded once for the hour to 9 places.
+        (at(3, 10, 0, 30), at(3, 10, 2, 10), (100, 100, 0, 0, Decimal(41), Decimal("0.016666667"))),
+        # 10:02:10–10:02:35 up 25 s; 10:02:35–10:05:20 no_data (25 + 120 + 20 s);
+        # 10:05:20–10:05:30 down 10 s. Busy 80 × 25 / 100 = 20 s. Energy 50/60 × 36 kJ
+        # + 30/60 × 108 kJ = 84 kJ = 0.0233… kWh.
+        (
+            at(3, 10, 2, 10),
+            at(3, 10, 5, 30),
+            (200, 25, 10, 165, Decimal(20), Decimal("0.023333333")),
+        ),
+        # Only the unobserved start of a minute: no_data, but its share of the minute's energy.
+        (at(3, 10, 0, 5), at(3, 10, 0, 20), (15, 0, 0, 15, Decimal(0), Decimal("0.0025"))),
+    ],
+    ids=["hour", "cut-in-starts-and-stops", "stop-gap-start-down", "unobserved-seconds"],
+)
+def test_partly_observed_minutes_by_hand(restarts, start, end, figures):
+    m = gpu_availability(gpu=restarts, start=start, end=end)
+    assert (m.in_service_s, m.up_s, m.down_s, m.no_data_s, m.busy_s, m.energy_kwh) == figures
+    assert m.maintenance_s == 0
+    # The windows alone and the reference timeline say exactly the same.
+    window = Interval(start, end)
+    facts = gpu_facts(gpu_ids=[restarts.pk], start=start, end=end)
+    slow = cells_load(facts=facts, use_rollups=False)[restarts.pk].measure(window)
+    assert slow == timeline_load(facts=facts)[restarts.pk].measure(window) == m
+
+
+def test_the_rollup_of_a_partly_observed_hour_counts_observed_seconds(restarts):
+    # The cells above read the whole hour from this row: B's rollup, as the contract has it.
+    from telemetry.models import HourlyRollup
+
+    rollup = HourlyRollup.objects.get(gpu=restarts, hour=at(3, 10))
+    assert (rollup.seconds_up, rollup.seconds_degraded, rollup.seconds_down) == (195, 0, 40)
+    assert rollup.util_gpu_seconds == Decimal("7200.000")
+    assert rollup.energy_kwh == Decimal("0.070000000")
+
+
+# Property: whatever part of its minute each window observed, the three sources agree on any
+# cut, and up/down seconds are exactly the observed seconds of up/down windows in the range.
+SPAN = Interval(at(12, 22, 30), at(13, 1, 30))  # three hours over a midnight
+SPAN_S = int((SPAN.end - SPAN.start).total_seconds())
+_minute = st.tuples(
+    st.integers(0, SPAN_S // 60 - 1),  # which minute of the span
+    st.sampled_from(["up", "degraded", "down"]),
+    st.one_of(st.none(), st.integers(0, 100_000).map(lambda m: m / 1000)),  # util, 3 places
+    st.integers(0, 59).flatmap(lambda a: st.tuples(st.just(a), st.integers(a + 1, 60))),
+    st.integers(0, 90_000_000),  # the counter's rise over the minute, mJ
+)
+
+
+@pytest.fixture
+def one_fleet(db):
+    return s.fleet()
+
+
+@given(
+    minutes=st.lists(_minute, max_size=120, unique_by=lambda m: m[0]),
+    cuts=st.lists(st.integers(1, SPAN_S - 1), max_size=4, unique=True),
+)
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_observed_spans_property(one_fleet, minutes, cuts):
+    # A fresh GPU per example (examples share the test's transaction), in a slot of its own.
+    slot = Gpu.objects.filter(serial__startswith="SN-P").count()
+    g = s.gpu(one_fleet, f"SN-P{uuid.uuid4().hex[:8]}", slot=slot)
+    rows = []
+    counter = 10**12
+    for index, state, util, observed, rise in sorted(minutes):
+        counter += rise
+        start = SPAN.start + dt.timedelta(minutes=index)
+        rows.append((g.pk, start, one_fleet.node.pk, 0, 12, 12, state, util, counter, *observed))
+    s.write_rows(rows)
+    rollups_rebuild(start=SPAN.start - dt.timedelta(hours=1), end=SPAN.end, gpu_ids=[g.pk])
+
+    bounds = sorted({0, SPAN_S, *cuts})
+    instants = [SPAN.start + dt.timedelta(seconds=b) for b in bounds]
+    facts = gpu_facts(gpu_ids=[g.pk], start=SPAN.start, end=SPAN.end)
+    extra = {g.pk: set(instants[1:-1])}
+    fast = cells_load(facts=facts, extra_cuts=extra)[g.pk]
+    slow = cells_load(facts=facts, extra_cuts=extra, use_rollups=False)[g.pk]
+    reference = timeline_load(facts=facts)[g.pk]
+    for lo, hi in itertools.combinations(instants, 2):
+        window = Interval(lo, hi)
+        expected = reference.measure(window)
+        assert fast.measure(window) == expected
+        assert slow.measure(window) == expected
+        # Independently: each window's observed seconds inside the range, by its state.
+        seen = {"up": 0, "down": 0}
+        for _, start, *_, state, _, _, seen_from, seen_to in rows:
+            a = max(start + dt.timedelta(seconds=seen_from), lo)
+            b = min(start + dt.timedelta(seconds=seen_to), hi)
+            if a < b:
+                seen["down" if state == "down" else "up"] += int((b - a).total_seconds())
+        assert (expected.up_s, expected.down_s) == (seen["up"], seen["down"])
+        assert expected.no_data_s == int((hi - lo).total_seconds()) - seen["up"] - seen["down"]
