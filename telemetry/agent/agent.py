@@ -1,5 +1,10 @@
 """The sampling loop: NVML lifecycle, 5-s samples, 60-s windows, events, sealing batches.
 
+A window is finalized by the first read after its minute ends (that read brings the driver's
+samples up to the boundary and the energy counter just past it), then sealed in the same
+tick; a window whose next read never comes (GPU lost or missing, NVML down, shutdown) is
+sealed with what it has.
+
 Everything here runs on one thread, one `tick()` at a time, against an injected clock and an
 injected NVML module (real ``pynvml`` or the fake), so a test can drive hours of node life in
 milliseconds.  NVML calls themselves run on watchdog threads (one per GPU, one for the node).
@@ -8,6 +13,7 @@ milliseconds.  NVML calls themselves run on watchdog threads (one per GPU, one f
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import socket
 import time
@@ -21,7 +27,7 @@ from .events import AgentEvent, EventKind
 from .kmsg import KernelLogReader, XidLine, pci_key
 from .node import LOST, MISSING, PENDING, RESET, STALL, GpuTrack, handle_key
 from .nvml_errors import ErrorAction, error_action, error_code, error_name
-from .reader import NvmlModule, read_identity
+from .reader import UTIL_KINDS, NvmlModule, Reading, read_identity
 from .schema import build_body
 from .spool import Spool
 from .watchdog import NvmlStall, Watchdog
@@ -48,6 +54,9 @@ class AgentConfig:
     # Seal a batch once this many windows are pending (0: every tick). A backfill uses big
     # batches: fewer requests and worker claims for the same windows. Events seal at once.
     batch_windows: int = 0
+    # Utilization from the driver's sample buffer where the GPU has one. A backfill at one
+    # sample a minute turns it off: there, instantaneous reads cost far less to simulate.
+    util_buffer: bool = True
 
 
 class Agent:
@@ -116,9 +125,6 @@ class Agent:
                 self._sample(slot, now)
             else:
                 self._expect_only(slot)  # overslept: the slot passed unsampled
-        for track in self.tracks.values():
-            if track.window is not None and track.window.end <= now:
-                self._seal_window(track)
         self._flush(now)
         due = min(self.next_slot, now + self.config.event_poll_s)
         if not self.nvml_ready:
@@ -149,11 +155,14 @@ class Agent:
         self.next_slot = (int(now // interval) + (0 if now % interval == 0 else 1)) * interval
 
     def shutdown(self) -> None:
-        """Seal what was sampled so far (partial windows say how many slots they covered)."""
+        """Seal what was sampled so far (partial windows say which seconds they observed)."""
+        now = self.clock.now()
         for track in self.tracks.values():
-            if track.window is not None and track.window.samples_expected:
-                self._seal_window(track)
-        self._flush(self.clock.now(), force=True)
+            if track.closing is not None:
+                self._seal(track, track.closing)
+            if track.window is not None:
+                self._seal(track, track.window, stopped_at=now)
+        self._flush(now, force=True)
         for track in self.tracks.values():
             track.watchdog.close()
         self.node_wd.close()
@@ -272,7 +281,7 @@ class Agent:
         for uuid, (handle, identity) in found.items():
             track = self._track(uuid, identity)
             track.identity = identity
-            track.attach(self.nvml, handle)
+            track.attach(self.nvml, handle, self.clock)
             self.by_handle[handle_key(handle)] = uuid
             key = pci_key(identity.get("pci_bus_id") or "")
             if key is not None:
@@ -321,13 +330,18 @@ class Agent:
         if window is not None and window.start == start:
             return window
         if window is not None:
-            self._seal_window(track)
+            track.window = None
+            if window.looked:  # a minute without a look is not sent at all
+                if track.closing is not None:
+                    self._seal(track, track.closing)
+                track.closing = window  # finalized by the next read
         if start <= self.last_window.get(track.uuid, -1):
             return None  # this minute was sealed before a restart: never send it twice
-        track.window = WindowBuilder(track.uuid, start)
+        track.window = WindowBuilder(track.uuid, start, buffered=self.config.util_buffer)
         return track.window
 
     def _expect_only(self, slot: float) -> None:
+        """An overslept slot: it counts as expected, but it is no look."""
         for track in self.tracks.values():
             window = self._window_for(track, slot)
             if window is not None:
@@ -335,30 +349,39 @@ class Agent:
 
     def _sample(self, slot: float, now: float) -> None:
         deadline = time.monotonic() + self.config.sample_timeout_s
+        interval = self.config.interval_s
         jobs: list[tuple[GpuTrack, WindowBuilder, Any]] = []
         for track in list(self.tracks.values()):
             window = self._window_for(track, slot)
             if window is None:
+                self._seal_closing(track)
                 continue
             window.expect()
             if not self.nvml_ready:
                 if self.outage_since is not None:
+                    window.look(slot, interval)
                     window.note_state("down", "nvml_unavailable")
+                self._seal_closing(track)
                 continue
             if track.condition in (MISSING, PENDING) or track.reader is None:
                 if track.condition == MISSING:
+                    window.look(slot, interval)
                     window.note_state("down", MISSING)
+                self._seal_closing(track)
                 continue
+            window.look(slot, interval)
+            read = functools.partial(track.reader.read, window.buffered)
             try:
-                job = track.watchdog.submit(track.reader.read, "sample")
+                job = track.watchdog.submit(read, "sample")
             except NvmlStall as stall:
                 self._stalled(track, window, stall, now)
+                self._seal_closing(track)
                 continue
             jobs.append((track, window, job))
         # All GPUs are read in parallel, so one hung card costs one timeout, not one per card.
         for track, window, job in jobs:
             try:
-                values = track.watchdog.result(job, deadline, self.config.sample_timeout_s)
+                reading = track.watchdog.result(job, deadline, self.config.sample_timeout_s)
             except NvmlStall as stall:
                 self._stalled(track, window, stall, now)
             except self.nvml.NVMLError as exc:
@@ -366,8 +389,24 @@ class Agent:
             else:
                 if track.condition != "ok":
                     self._set_condition(track, "ok", now)
-                state, reason = health_from_values(values)
-                window.add(values, state, reason)
+                state, reason = health_from_values(reading.values)
+                window.add(reading.values, state, reason, reading.energy_at)
+                self._take_samples(track, window, reading)
+                if track.closing is not None:
+                    track.closing.finalize(reading.values.get("energy_mj"), reading.energy_at)
+            self._seal_closing(track)
+
+    def _take_samples(self, track: GpuTrack, window: WindowBuilder, reading: Reading) -> None:
+        """Turn the buffer's new samples into pieces, split between the minute that ended and
+        the current one by time."""
+        if reading.plans is None:
+            return
+        for i, kind in enumerate(UTIL_KINDS):
+            instant = reading.instant[i] if reading.instant is not None else None
+            pieces = track.streams[kind].take(reading.plans[kind], instant)
+            if track.closing is not None:
+                track.closing.add_pieces(kind, pieces)
+            window.add_pieces(kind, pieces)
 
     def _stalled(
         self, track: GpuTrack, window: WindowBuilder, stall: NvmlStall, now: float
@@ -480,21 +519,33 @@ class Agent:
             detail["pci_bus_id"] = f"{pci[0]:08X}:{pci[1]:02X}:{pci[2]:02X}.0"
         self._event("xid", when, uuid, xid=code, detail=detail)
         track = self.tracks.get(uuid) if uuid else None
-        window = track.window if track else None
-        if window is not None and window.start <= when < window.end:
-            if info.severity == "down":
-                window.note_state("down", f"xid:{code}")
-            elif info.severity == "degraded":
-                window.note_state("degraded", f"xid:{code}")
+        windows = (track.window, track.closing) if track else ()
+        for window in windows:
+            if window is not None and window.start <= when < window.end:
+                if info.severity == "down":
+                    window.note_state("down", f"xid:{code}")
+                elif info.severity == "degraded":
+                    window.note_state("degraded", f"xid:{code}")
 
     # -- sealing -----------------------------------------------------------------------------
 
-    def _seal_window(self, track: GpuTrack) -> None:
-        window = track.window
-        track.window = None
-        if window is None or window.samples_expected == 0:
-            return
-        self.pending_windows.append(window.wire())
+    def _seal_closing(self, track: GpuTrack) -> None:
+        if track.closing is not None:
+            self._seal(track, track.closing)
+
+    def _seal(
+        self, track: GpuTrack, window: WindowBuilder, stopped_at: float | None = None
+    ) -> None:
+        if track.closing is window:
+            track.closing = None
+        if track.window is window:
+            track.window = None
+        if not window.looked:
+            return  # a minute without a look is not sent
+        doc = window.wire(stopped_at)
+        if doc["observed_from"] >= doc["observed_to"]:
+            return  # stopped at the very instant of its only look: no second observed
+        self.pending_windows.append(doc)
         self.last_window[track.uuid] = window.start
 
     def flush(self) -> None:

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .agent import LAST_WINDOW_KEY, Agent, AgentConfig
@@ -28,6 +28,9 @@ from .timefmt import parse_rfc3339, rfc3339_seconds
 from .transport import HttpTransport
 from .uploader import Uploader
 from .windows import window_start
+
+if TYPE_CHECKING:
+    from .fake.scenario import Scenario
 
 log = logging.getLogger("steward-agent")
 
@@ -121,7 +124,9 @@ def _agent_clock(args: argparse.Namespace, scenario: Any) -> Clock:
     return ScaledClock(start, args.speed)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, scenario: Scenario | None = None) -> int:
+    """``steward-agent``. ``scenario``: with ``--fake``, this simulated node instead of the one
+    ``--fake`` names (a caller that drives the fake cards itself, like scripts/gpu_truth.py)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -139,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.backfill_until and not args.backfill_from:
         log.error("--backfill-until needs --backfill-from")
         return 2
-    scenario = None
-    if args.fake:
+    if not args.fake:
+        scenario = None
+    elif scenario is None:
         from .fake import load_scenario
 
         scenario = load_scenario(args.fake)
@@ -196,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             event_poll_s=step,
             enumerate_every_s=max(step, 3600.0),
             batch_windows=args.backfill_batch,
+            # History at one read a minute: simulating ~300 driver samples a minute per GPU
+            # would cost more than the rest of the backfill, so it reads instantaneously.
+            util_buffer=False,
         )
     agent = Agent(nvml=nvml, clock=clock, spool=spool, config=config, kernel_log=kernel_log)
     real = RealClock()  # the server's clock: request timestamps and retry waits are real

@@ -6,7 +6,9 @@ import ctypes
 from dataclasses import dataclass, field
 from typing import Any
 
-from .reader import GpuReader, NvmlModule
+from .clock import Clock
+from .reader import UTIL_KINDS, GpuReader, NvmlModule
+from .utilization import SampleStream
 from .watchdog import Watchdog
 from .windows import WindowBuilder
 
@@ -29,10 +31,16 @@ class GpuTrack:
     condition: str = "ok"
     condition_since: float = 0.0
     window: WindowBuilder | None = None
+    # The previous minute's window, until the first read after its end finalizes it.
+    closing: WindowBuilder | None = None
     events_registered: bool = False
+    streams: dict[str, SampleStream] = field(
+        default_factory=lambda: {k: SampleStream() for k in UTIL_KINDS}
+    )
 
-    def attach(self, nvml: NvmlModule, handle: Any) -> None:
-        """A (new) handle after enumeration; what is unsupported stays remembered."""
+    def attach(self, nvml: NvmlModule, handle: Any, clock: Clock | None = None) -> None:
+        """A (new) handle after enumeration; what is unsupported and where the sample buffer
+        was read to stay remembered."""
         self.handle = handle
         self.events_registered = False
         wd = self.watchdog
@@ -40,7 +48,9 @@ class GpuTrack:
         def note(call: str) -> None:
             wd.current_call = call
 
-        self.reader = GpuReader(nvml, handle, self.unsupported, note)
+        self.reader = GpuReader(
+            nvml, handle, self.unsupported, note, clock=clock, streams=self.streams
+        )
 
 
 def handle_key(handle: Any) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 # Numeric codes from nvml.h; they are ABI and never change between driver versions.
 NOT_SUPPORTED = 3
 NO_PERMISSION = 4
+NOT_FOUND = 6  # nvmlDeviceGetSamples: nothing newer than the timestamp asked for
 DRIVER_NOT_LOADED = 9
 TIMEOUT = 10
 LIBRARY_NOT_FOUND = 12

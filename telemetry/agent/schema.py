@@ -1,4 +1,4 @@
-"""The batch body (schema v1): gzip(JSON), frozen when the batch is sealed.
+"""The batch body (schema v2, docs/agent.md 5.3): gzip(JSON), frozen when the batch is sealed.
 
 A batch's bytes never change after sealing, so every retry under the same Idempotency-Key
 carries the same body and the same body hash.  That is why the body has ``sealed_at`` (when
@@ -13,7 +13,7 @@ from typing import Any
 
 from .timefmt import rfc3339_ms
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # v1 lacked observed_from, observed_to and util_method
 
 
 def build_body(

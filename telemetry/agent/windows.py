@@ -3,16 +3,23 @@
 Gauges keep min/avg/max over the samples that read them; counters keep the last value read;
 throttle reasons are OR-ed.  The window's state is the worst state of its samples and of the
 XIDs that happened inside it; its reason is the first reason that reached that state.
+
+A window also knows which part of its minute the agent observed (its *looks*: the sampling
+slots at which the agent tried to read the GPU), takes utilization from the driver's sample
+buffer as time-weighted pieces when it is `buffered`, and holds the energy counter as of the
+minute's end once the first read after that end has finalized it (docs/agent.md, section 3).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
 from .reader import Values
 from .timefmt import rfc3339_seconds
+from .utilization import Piece, weighted_gauge
 
 WINDOW_S = 60
 State = Literal["up", "degraded", "down"]
@@ -94,6 +101,7 @@ class _Gauge:
 class WindowBuilder:
     gpu_uuid: str
     start: int
+    buffered: bool = False  # utilization from the sample buffer (else instantaneous reads)
     samples_ok: int = 0
     samples_expected: int = 0
     state: State = "up"
@@ -101,20 +109,41 @@ class WindowBuilder:
     throttle: int | None = None
     gauges: dict[str, _Gauge] = field(default_factory=lambda: {g: _Gauge() for g in GAUGES})
     last: dict[str, int | bool | None] = field(default_factory=lambda: dict.fromkeys(COUNTERS))
+    first_look: float | None = None  # seconds after `start`
+    look_end: float = 0.0  # the last look's offset plus the interval then
+    energy_at: float | None = None  # clock time of the last energy read
+    energy_end: int | None = None  # the counter at the minute's end, once finalized
+    pieces: dict[str, list[tuple[int, int, int, bool]]] = field(
+        default_factory=lambda: {"util_gpu": [], "util_mem": []}
+    )
 
     @property
     def end(self) -> int:
         return self.start + WINDOW_S
 
+    @property
+    def looked(self) -> bool:
+        return self.first_look is not None
+
     def expect(self) -> None:
         """A sampling slot of this window passed (whether or not it produced a sample)."""
         self.samples_expected += 1
+
+    def look(self, slot: float, interval_s: float) -> None:
+        """The agent tried to read the GPU at `slot` (or knew it down then): it vouches for
+        the GPU from `slot` for one interval."""
+        offset = slot - self.start
+        if self.first_look is None:
+            self.first_look = offset
+        self.look_end = offset + interval_s
 
     def note_state(self, state: State, reason: str | None) -> None:
         if _RANK[state] > _RANK[self.state]:
             self.state, self.reason = state, reason
 
-    def add(self, values: Values, state: State, reason: str | None) -> None:
+    def add(
+        self, values: Values, state: State, reason: str | None, energy_at: float | None = None
+    ) -> None:
         """One successful read of the GPU (it counts in samples_ok whatever its state)."""
         self.samples_ok += 1
         self.note_state(state, reason)
@@ -126,30 +155,114 @@ class WindowBuilder:
             value = values.get(name)
             if value is not None:
                 self.last[name] = value
+        if values.get("energy_mj") is not None:
+            self.energy_at = energy_at
         reasons = values.get("throttle_reasons")
         if reasons is not None:
             self.throttle = (self.throttle or 0) | int(reasons)
 
-    def wire(self) -> dict[str, Any]:
+    def add_pieces(self, kind: str, pieces: list[Piece]) -> None:
+        """Buffer pieces, kept where they overlap the minute from the first look on."""
+        if not self.buffered or self.first_look is None:
+            return
+        lo, hi = _us(self.start + self.first_look), self.end * 1_000_000
+        kept = self.pieces[kind]
+        for p in pieces:
+            if p.end_us <= lo or p.start_us >= hi:
+                continue
+            a, b = max(p.start_us, lo), min(p.end_us, hi)
+            if kept and kept[-1][1] == a and kept[-1][2:] == (p.value, p.buffered):
+                kept[-1] = (kept[-1][0], b, p.value, p.buffered)  # a run of one value: one piece
+            else:
+                kept.append((a, b, p.value, p.buffered))
+
+    def finalize(self, energy: int | bool | None, at: float | None) -> None:
+        """The first read after the minute's end: with the read before it, the energy counter
+        as of the boundary (interpolated; a counter that went back is a reset: the later read)."""
+        before, at_before = self.last["energy_mj"], self.energy_at
+        if (
+            energy is None
+            or at is None
+            or before is None
+            or at_before is None
+            or math.ceil(round(self.look_end, 6)) < WINDOW_S  # not observed to the minute's end
+            or not at_before < self.end <= at
+        ):
+            return
+        e0, e1 = int(before), int(energy)
+        a, b, end = _us(at_before), _us(at), self.end * 1_000_000
+        if e1 < e0 or b == end:
+            self.energy_end = e1  # a reset; or read at the boundary itself
+            return
+        # e0 + (e1 - e0) * (end - a) / (b - a), rounded half to even, in integers.
+        q, r = divmod((e1 - e0) * (end - a), b - a)
+        if 2 * r > b - a or (2 * r == b - a and q % 2):
+            q += 1
+        self.energy_end = e0 + q
+
+    def observed(self, stopped_at: float | None = None) -> tuple[int, int]:
+        """[from, to): whole seconds of the minute the agent observed (to may equal from when
+        it stopped at the very instant of its only look: nothing to send)."""
+        assert self.first_look is not None, "a window without a look is never sent"
+        lo = math.floor(round(self.first_look, 6))
+        hi = min(WINDOW_S, math.ceil(round(self.look_end, 6)))
+        if stopped_at is not None and stopped_at < self.end:
+            hi = min(hi, math.ceil(round(stopped_at - self.start, 6)))
+        return lo, max(lo, hi)
+
+    def _utilization(
+        self, lo: int, hi: int
+    ) -> tuple[dict[str, float | int] | None, dict[str, float | int] | None, str | None]:
+        """util_gpu, util_mem and the method, over the observed span [lo, hi) (seconds)."""
+        out: list[dict[str, float | int] | None] = []
+        sources: set[str] = set()
+        for kind in ("util_gpu", "util_mem"):
+            span = weighted_gauge(self.pieces[kind], _us(self.start + lo), _us(self.start + hi))
+            if span is not None:
+                lo_v, hi_v, total, length, buffered, gap = span
+                if buffered:
+                    sources.add("buffer")
+                if gap:
+                    sources.add("instant")
+                mean = Fraction(total, length)
+                avg = float(round(mean, 3)) if mean.denominator != 1 else float(mean)
+                out.append({"min": lo_v, "avg": avg, "max": hi_v})
+                continue
+            gauge = self.gauges[kind].wire()
+            if gauge is not None:
+                sources.add("instant")
+            out.append(gauge)
+        method = None
+        if sources:
+            method = sources.pop() if len(sources) == 1 else "mixed"
+        return out[0], out[1], method
+
+    def wire(self, stopped_at: float | None = None) -> dict[str, Any]:
         state, reason = self.state, self.reason
         if self.samples_ok == 0 and state == "up":
             # No read succeeded and nothing said why: the agent cannot vouch for the GPU.
             state, reason = "down", "no_samples"
         g = self.gauges
         last = self.last
+        lo, hi = self.observed(stopped_at)
+        util_gpu, util_mem, method = self._utilization(lo, hi)
+        energy = self.energy_end if self.energy_end is not None else last["energy_mj"]
         return {
             "gpu_uuid": self.gpu_uuid,
             "window_start": rfc3339_seconds(self.start),
+            "observed_from": lo,
+            "observed_to": hi,
             "samples_ok": self.samples_ok,
             "samples_expected": self.samples_expected,
             "state": state,
             "state_reason": reason,
-            "util_gpu": g["util_gpu"].wire(),
-            "util_mem": g["util_mem"].wire(),
+            "util_gpu": util_gpu,
+            "util_mem": util_mem,
+            "util_method": method,
             "mem_used_bytes": _int_gauge(g["mem_used_bytes"]),
             "mem_total_bytes": last["mem_total_bytes"],
             "power_w": g["power_mw"].wire(scale=1000),
-            "energy_mj": last["energy_mj"],
+            "energy_mj": energy,
             "temp_c": g["temp_c"].wire(),
             "clock_sm_mhz": g["clock_sm_mhz"].wire(),
             "clock_mem_mhz": g["clock_mem_mhz"].wire(),
@@ -165,6 +278,10 @@ class WindowBuilder:
             "pcie_replays": last["pcie_replays"],
             "recovery_action": last["recovery_action"],
         }
+
+
+def _us(seconds: float) -> int:
+    return round(seconds * 1_000_000)
 
 
 def _int_gauge(gauge: _Gauge) -> dict[str, float | int] | None:

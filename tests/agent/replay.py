@@ -2,6 +2,9 @@
 
 Each function gives back what the real one answered, call after call, in the recorded order
 (per function and arguments), and repeats its last answer once the recording runs out.
+A recording without a single ``nvmlDeviceGetSamples`` call was made by an agent that never
+asked for the driver's sample buffer: the replay answers NotSupported, as a card without one
+would, so the agent reads utilization the way the recorded agent did (instantaneously).
 Structs come back as objects with the recorded fields, errors as the real ``pynvml`` error
 for the recorded code, handles as pointers. Constants and classes are ``pynvml``'s own.
 The recordings of real cards kept in ``fixtures/`` (one folder per card) are read here too.
@@ -56,12 +59,15 @@ class ReplayNvml:
         self._handles: dict[int, Any] = {}
         for entry in calls:
             self._answers[self._key(entry["fn"], entry["args"], entry.get("kwargs"))].append(entry)
+        self._has_buffer = any(entry["fn"] == "nvmlDeviceGetSamples" for entry in calls)
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("nvml") or isinstance(getattr(pynvml, name), int | type):
             return getattr(pynvml, name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            if name == "nvmlDeviceGetSamples" and not self._has_buffer:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
             key = self._key(name, [self._plain(a) for a in args], kwargs or None)
             queue = self._answers.get(key)
             if queue:

@@ -23,8 +23,10 @@ def test_server_down_for_an_hour_then_every_window_arrives_once_in_order(make_no
         per_gpu[w["gpu_uuid"]].append(parse_rfc3339(w["window_start"]))
     assert len(per_gpu) == 8
     for starts in per_gpu.values():
-        # Minutes 0..74 sealed, each exactly once, in the order they happened.
-        assert starts == [START + 60 * m for m in range(76)]
+        # Minutes 0..74 sealed, each exactly once, in the order they happened. The agent
+        # stopped at 11:15:00.000, the instant of its only look in 11:15: no second observed,
+        # nothing sent for that minute.
+        assert starts == [START + 60 * m for m in range(75)]
     assert all(
         w["samples_expected"] == 12 for w in windows if w["window_start"] < "2026-11-21T11:15"
     )
@@ -63,6 +65,10 @@ def test_restart_mid_minute_never_sends_a_window_twice(make_node, steward, clock
     assert len(keys) == len(set(keys))
     minute1 = [w for w in steward.windows() if w["window_start"] == "2026-11-21T10:01:00Z"]
     assert {(w["samples_ok"], w["samples_expected"]) for w in minute1} == {(7, 7)}
+    # Observed from its first look to the instant the agent stopped (10:01:30), not beyond.
+    assert {(w["observed_from"], w["observed_to"]) for w in minute1} == {(0, 30)}
+    minute2 = [w for w in steward.windows() if w["window_start"] == "2026-11-21T10:02:00Z"]
+    assert {(w["observed_from"], w["observed_to"]) for w in minute2} == {(0, 60)}
     starts = sorted({w["window_start"] for w in steward.windows()})
     assert starts == ["2026-11-21T10:00:00Z", "2026-11-21T10:01:00Z", "2026-11-21T10:02:00Z"]
 
@@ -82,3 +88,4 @@ def test_crash_and_restart_loses_only_the_unsealed_minute(make_node, steward, cl
     assert starts == {"10:00": 8, "10:01": 8, "10:02": 8, "10:03": 8}
     partial = [w for w in steward.windows() if w["window_start"][11:16] == "10:02"]
     assert {w["samples_expected"] for w in partial} == {6}
+    assert {(w["observed_from"], w["observed_to"]) for w in partial} == {(30, 60)}

@@ -104,8 +104,9 @@ def test_uninitialized_reinitialises_and_counters_restart(make_node, clock):
     ws = windows_of(docs(node))
     assert [w["samples_ok"] for w in ws] == [12, 11, 12, 12]  # one sample hit Uninitialized
     assert fake.calls["nvmlInit"] == 2
-    # Last values: 55 s since load, then 25 s since the reload at 10:01:30.
-    assert [w["energy_mj"] for w in ws[:2]] == [5_500_000, 2_500_000]
+    # The counter at each minute's end: 60 s since load, then 30 s since the reload at
+    # 10:01:30 (the reads around 10:02:00 are both after the reload).
+    assert [w["energy_mj"] for w in ws[:2]] == [6_000_000, 3_000_000]
     assert all(w["state"] == "up" for w in ws)
 
 

@@ -5,6 +5,7 @@ windows it sent."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -194,12 +195,53 @@ def test_v1_counts_the_reservation_as_used_on_the_fake_as_on_the_real_card(card:
     assert v1.used == v2.used + v2.reserved and v1.free == v2.free
 
 
+def schema_2(card: Card, began: float, sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded (schema 1) windows as today's agent sends them from the same answers.
+
+    The recorded agent read utilization instantaneously (the recording has no buffer calls),
+    so the values stay and `util_method` is "instant". Observed spans: the first window from
+    the agent's first 5-s slot, the exit window to the second the run stopped, the others
+    whole. Energy: a window observed to its minute's end holds the counter at that end,
+    interpolated between the reads around it; on the replay's clock the first read after the
+    end is at the end itself, so it is that read: the recorded counter of the next window's
+    first sample (the k-th energy read is the k-th sample; all samples of the run were ok).
+    """
+    reads = [
+        e["result"]
+        for e in recorded_calls(card.fixture)
+        if e["fn"] == "nvmlDeviceGetTotalEnergyConsumption"
+    ]
+    assert len(reads) == sum(w["samples_ok"] for w in sent)
+    stop = began + card.seconds
+    first_slot = math.ceil(began / 5) * 5
+    out, done = [], 0
+    for i, w in enumerate(sent):
+        start = parse_rfc3339(w["window_start"])
+        done += w["samples_ok"]
+        last = i == len(sent) - 1
+        observed_from = int(first_slot - start) if i == 0 else 0
+        observed_to = math.ceil(stop - start) if last else 60
+        energy = w["energy_mj"] if last else reads[done]
+        out.append(
+            {
+                **w,
+                "observed_from": observed_from,
+                "observed_to": observed_to,
+                "util_method": "instant",
+                "energy_mj": energy,
+            }
+        )
+    return out
+
+
 def test_the_agent_turns_the_recorded_answers_into_the_recorded_windows(
     card: Card, make_node, clock
 ):
     """The agent, on a clock that starts when the recording did, fed the real card's answers
     in order, seals the same windows and events the real run sent: the readers and the
-    window aggregation hold on real values, not only on the fake's."""
+    window aggregation hold on real values, not only on the fake's. Schema 2 adds the
+    observed span and the method and moves the energy counter to the minute's end
+    (`schema_2`)."""
     sent = recorded_batches(card.fixture)
     calls = recorded_calls(card.fixture)
     began = parse_rfc3339(sent[0]["sealed_at"])  # the first tick: init, enumerate, appear
@@ -209,7 +251,7 @@ def test_the_agent_turns_the_recorded_answers_into_the_recorded_windows(
     node.close()
     docs = spooled_docs(str(node.tmp / "spool.db"))
 
-    assert windows_of(docs) == [w for b in sent for w in b["windows"]]
+    assert windows_of(docs) == schema_2(card, began, [w for b in sent for w in b["windows"]])
     ours = [{k: v for k, v in e.items() if k != "event_id"} for e in events_of(docs)]
     theirs = [{k: v for k, v in e.items() if k != "event_id"} for b in sent for e in b["events"]]
     assert ours == theirs

@@ -2,6 +2,7 @@
 
 from .device import FakeGpu
 from .kernel_log import FakeKernelLog
+from .loads import PeriodicLoad, RandomLoad
 from .models import MODELS, GpuModel
 from .nvml import FakeNvml
 from .scenario import Scenario, load_scenario
@@ -12,6 +13,8 @@ __all__ = [
     "FakeKernelLog",
     "FakeNvml",
     "GpuModel",
+    "PeriodicLoad",
+    "RandomLoad",
     "Scenario",
     "load_scenario",
 ]

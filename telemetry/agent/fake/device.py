@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import pynvml
 
+from .loads import US, Load
 from .models import GpuModel
 
 # Recovery actions as NVML reports them (NVML_GPU_RECOVERY_ACTION_*).
@@ -31,7 +32,12 @@ class Snapshot:
 
 @dataclass(slots=True)
 class FakeGpu:
-    """State of one card; values are a pure function of (seed, slot, time) plus counters."""
+    """State of one card; values are a pure function of (seed, slot, time) plus counters.
+
+    Utilization comes from `load` when one is set (the scenario loads of the tests), else from
+    the default model: minute-long busy/idle phases, one value per second, where
+    ``snapshot(k).util_gpu`` is the utilization of the second ``(k - 1, k]``.
+    """
 
     slot: int  # stable id in the node (survives removal of other cards)
     model: GpuModel
@@ -56,9 +62,11 @@ class FakeGpu:
     retired_pending: bool = False
     recovery_action: int = RECOVERY_NONE
     pinned: dict[str, int] = field(default_factory=dict)
+    load: Load | None = None
+    buffer_since_us: int = 0  # the driver's sample buffer holds nothing from before this
+    util_phase_us: int = 0  # where this card's driver periods fall (per card, from its seed)
     _last_t: float | None = None
-    _snap_key: int = -1
-    _snap: Snapshot | None = None
+    _snaps: dict[int, Snapshot] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         digest = hashlib.sha256(f"{self.seed}:{self.slot}:{self.model.key}".encode()).digest()
@@ -66,6 +74,7 @@ class FakeGpu:
             self.uuid = f"GPU-{uuid.UUID(bytes=digest[:16])}"
         if not self.serial:
             self.serial = str(1650000000000 + int.from_bytes(digest[16:22]) % 10**9)
+        self.util_phase_us = int.from_bytes(digest[22:26]) % self.model.util_period_us
 
     @property
     def bus_id(self) -> str:
@@ -79,14 +88,18 @@ class FakeGpu:
 
     def snapshot(self, now: float) -> Snapshot:
         key = int(now)
-        if key == self._snap_key and self._snap is not None:
-            return self._snap
+        snap = self._snaps.get(key)
+        if snap is not None:
+            return snap
         m = self.model
         # Jobs run in minute-long phases so utilization is bursty, like a real rental.
         phase = random.Random(self.seed * 1_000_003 + self.slot * 7919 + key // 60)
         busy = phase.random() < self.busy
         rng = random.Random(self.seed * 1_000_033 + self.slot * 104_729 + key)
         util = rng.randint(85, 100) if busy else rng.randint(0, 3)
+        if self.load is not None:
+            busy = True  # a load's card holds its memory throughout
+            util = round(self.load.busy_us((key - 1) * US, key * US) * 100 / US)
         p = self.pinned
         util = p.get("util_gpu", util)
         # Idle, no process holds memory: a real H100's v2 "used" is then exactly 0.
@@ -110,8 +123,51 @@ class FakeGpu:
             mem_clock=p.get("mem_clock", m.mem_clock),
             reasons=p.get("reasons", reasons),
         )
-        self._snap_key, self._snap = key, snap
+        if len(self._snaps) >= 16:
+            self._snaps.clear()  # a few recent seconds are all the driver samples ask for
+        self._snaps[key] = snap
         return snap
+
+    # -- the driver's utilization samples ------------------------------------------------------
+
+    def util_us(self, a: int, b: int) -> int:
+        """Utilization integrated over ``(a, b]`` (µs), in percent-microseconds."""
+        if self.load is not None:
+            return 100 * self.load.busy_us(a, b)
+        if (b - 1) // US == a // US:  # inside one second (k - 1, k]: most driver periods
+            return self.snapshot(a // US + 1).util_gpu * (b - a)
+        total, t = 0, a
+        while t < b:
+            second_end = (t // US + 1) * US  # the default model is flat over (k - 1, k]
+            end = min(b, second_end)
+            total += self.snapshot(second_end // US).util_gpu * (end - t)
+            t = end
+        return total
+
+    def sample_value(self, t_us: int) -> tuple[int, int]:
+        """GPU and memory utilization of the driver period ending at `t_us`: the busy share of
+        that period, rounded to a whole percent, as the driver reports it."""
+        period = self.model.util_period_us
+        gpu = self.pinned.get("util_gpu")
+        if gpu is None:
+            gpu = round(self.util_us(t_us - period, t_us) / period)
+        return gpu, self.pinned.get("util_mem", gpu * 6 // 10)
+
+    def sample_times(self, after_us: int, now_us: int) -> range:
+        """Timestamps the sample buffer holds after `after_us` at `now_us`: one per period, the
+        newest `util_buffer_capacity` (a ring), none from before a driver reload or reset."""
+        period, phase = self.model.util_period_us, self.util_phase_us
+        newest = (now_us - phase) // period
+        first = max(
+            newest - self.model.util_buffer_capacity + 1,
+            (max(after_us, self.buffer_since_us) - phase) // period + 1,
+        )
+        return range(phase + first * period, phase + (newest + 1) * period, period)
+
+    def last_period(self, now_us: int) -> tuple[int, int]:
+        """What an instantaneous read reports: the last complete driver period only."""
+        period, phase = self.model.util_period_us, self.util_phase_us
+        return self.sample_value(phase + (now_us - phase) // period * period)
 
     def advance(self, now: float) -> None:
         """Integrate energy up to `now` at the power last observed (piecewise constant)."""
@@ -119,9 +175,19 @@ class FakeGpu:
             self._last_t = now
             return
         dt = now - self._last_t
-        if dt > 0:
+        if dt <= 0:
+            return
+        if self.load is not None and "power_mw" not in self.pinned:
+            # Power follows the load to the microsecond: the counter is the exact integral,
+            # whoever reads it when.
+            a, b = round(self._last_t * US), round(now * US)
+            m = self.model
+            swing = (m.power_max_mw - m.power_idle_mw) * self.load.busy_us(a, b)
+            self.energy_mj += (m.power_idle_mw * (b - a) + swing) / US  # mW * µs / 1e6 = mJ
+        else:
+            # The default model holds the power last observed (cheap for long backfills).
             self.energy_mj += self.snapshot(self._last_t).power_mw * dt  # mW * s = mJ
-            self._last_t = now
+        self._last_t = now
 
     def pcie_replays(self, now: float) -> int:
         # A slow, deterministic trickle of link replays: one per 30 minutes since driver load.
@@ -132,6 +198,7 @@ class FakeGpu:
         self.energy_mj = 0.0
         self._last_t = now
         self.loaded_at = now
+        self.buffer_since_us = round(now * US)
         self.reset_required = False
         self.remap_pending = False
         self.retired_pending = False

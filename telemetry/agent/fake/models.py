@@ -4,7 +4,9 @@ Each capability names a group of NVML queries; a model without it answers NotSup
 the real driver does (a GeForce card has no serial, no ECC and no row remapper; only Hopper and
 newer have GPM; pre-Ampere cards retire pages instead of remapping rows).  The V100 entry also
 lacks ``memory_v2`` to exercise the agent's fallback to ``nvmlDeviceGetMemoryInfo`` v1, as seen
-on older driver branches.  The H100 and H200 entries' identity, idle readings and answers are
+on older driver branches, and the driver's utilization sample buffer
+(``util_samples``, ``nvmlDeviceGetSamples``): it is the model that exercises the agent's
+fallback to instantaneous reads.  The H100 and H200 entries' identity, idle readings and answers are
 held to recordings of a real card of each (``tests/agent/fixtures/h100``, ``…/h200``); the
 others come from data sheets and the PCI ID list.
 """
@@ -29,6 +31,7 @@ ALL_CAPS = frozenset(
         "gpm",
         "clocks_event_reasons",
         "xid_events",
+        "util_samples",
     }
 )
 
@@ -49,6 +52,13 @@ class GpuModel:
     # What the driver sets aside for itself (nvmlMemory_v2_t.reserved), driver 580; read on an
     # H100 and an H200 only.
     memory_reserved: int = 480 * MIB
+    # The driver's utilization sampling period (µs): one buffer sample per period, and what an
+    # instantaneous read averages over. 200 ms measured on an H100 and an H200 (driver 580);
+    # the others take 1/6 s, the shortest period NVML's documentation names (not measured).
+    util_period_us: int = 166_667
+    # Samples the driver's ring buffer holds. A modelled value, not measured yet: the H200's
+    # 5-s polls lost none, so a real buffer holds at least 25.
+    util_buffer_capacity: int = 120
 
     def has(self, cap: str) -> bool:
         return cap in self.caps
@@ -71,6 +81,7 @@ MODELS: dict[str, GpuModel] = {
             mem_clock=2619,
             pci_device_id=0x233010DE,
             caps=_DATACENTER | {"gpm"},
+            util_period_us=200_000,
         ),
         GpuModel(
             key="H200-SXM5-141GB",
@@ -85,6 +96,7 @@ MODELS: dict[str, GpuModel] = {
             pci_device_id=0x233510DE,
             caps=_DATACENTER | {"gpm"},
             memory_reserved=615 * MIB + 64 * 1024,
+            util_period_us=200_000,
         ),
         GpuModel(
             key="A100-SXM4-80GB",
@@ -123,7 +135,8 @@ MODELS: dict[str, GpuModel] = {
             sm_clock_max=1530,
             mem_clock=877,
             pci_device_id=0x1DB510DE,
-            caps=ALL_CAPS - {"remapped_rows", "memory_v2", "recovery_action", "gpm"},
+            caps=ALL_CAPS
+            - {"remapped_rows", "memory_v2", "recovery_action", "gpm", "util_samples"},
         ),
         GpuModel(
             key="RTX-4090",
@@ -137,7 +150,14 @@ MODELS: dict[str, GpuModel] = {
             mem_clock=10501,
             pci_device_id=0x268410DE,
             caps=frozenset(
-                {"memory_v2", "energy", "pcie_replay", "clocks_event_reasons", "xid_events"}
+                {
+                    "memory_v2",
+                    "energy",
+                    "pcie_replay",
+                    "clocks_event_reasons",
+                    "xid_events",
+                    "util_samples",
+                }
             ),
         ),
     )

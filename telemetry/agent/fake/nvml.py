@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import struct
 import threading
 import types
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ from .device import RECOVERY_GPU_RESET, RECOVERY_NONE, FakeGpu
 from .kernel_log import FakeKernelLog
 
 _GEN_STRIDE = 0x100000
+_SAMPLE = struct.Struct("<QI4x")  # nvmlSample_t: timeStamp, then the 8-byte value union
 # pynvml's functions: the fake must implement each one it offers, never borrow the real one.
 _REAL_FUNCTIONS = frozenset(
     name for name, value in vars(pynvml).items() if isinstance(value, types.FunctionType)
@@ -109,6 +111,7 @@ class FakeNvml:
         gpu.reset_required = False
         gpu.present = True
         gpu.recovery_action = RECOVERY_NONE
+        gpu.buffer_since_us = self._now_us()  # a reset GPU's driver starts a new buffer
 
     def inject_xid(self, slot: int, xid: int, *, nvml: bool = True, kmsg: bool = True) -> None:
         gpu = self.gpus[slot]
@@ -157,6 +160,10 @@ class FakeNvml:
         self.gpus.append(gpu)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _now_us(self) -> int:
+        """The fake's clock as the driver stamps samples: CPU time in whole microseconds."""
+        return round(self._clock.now() * 1_000_000)
 
     def _when(self) -> float:
         return self._fault_time if self._fault_time is not None else self._clock.now()
@@ -300,10 +307,29 @@ class FakeNvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         gpu = self._gpu(handle, "nvmlDeviceGetUtilizationRates")
-        snap = gpu.snapshot(self._clock.now())
+        # The busy share of the driver's last sample period only: a point sample, which a
+        # periodic poller can lock onto in phase with a periodic load (as the real one does).
         util = pynvml.c_nvmlUtilization_t()
-        util.gpu, util.memory = snap.util_gpu, snap.util_mem
+        util.gpu, util.memory = gpu.last_period(self._now_us())
         return util
+
+    def nvmlDeviceGetSamples(self, handle: Any, sampling_type: int, last_seen_us: int) -> Any:
+        gpu = self._gpu(handle, "nvmlDeviceGetSamples", "util_samples")
+        kinds = (pynvml.NVML_GPU_UTILIZATION_SAMPLES, pynvml.NVML_MEMORY_UTILIZATION_SAMPLES)
+        if sampling_type not in kinds:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # not modelled
+        times = gpu.sample_times(int(last_seen_us), self._now_us())
+        if not times:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)  # nothing newer than asked
+        memory = sampling_type == pynvml.NVML_MEMORY_UTILIZATION_SAMPLES
+        # The real structs, laid out as the driver writes them (a timestamp, then the value
+        # union whose first 4 bytes are uiVal), built in one go: tests ask for many.
+        raw = bytearray(16 * len(times))
+        for i, t in enumerate(times):
+            _SAMPLE.pack_into(raw, 16 * i, t, gpu.sample_value(t)[memory])
+        samples = (pynvml.c_nvmlSample_t * len(times)).from_buffer(raw)
+        # pynvml answers (value type, a list sliced from the ctypes array).
+        return pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, samples[0 : len(times)]
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
         if version:

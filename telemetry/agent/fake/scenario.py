@@ -9,6 +9,8 @@ seed = 7
 model = "H100-SXM5-80GB"
 count = 8
 busy = 0.70                        # share of minutes the card runs a job
+# load = {busy = 2.5, idle = 2.5}  # or a load instead: busy/idle seconds, or
+# load = {random = [0.1, 3.0], seed = 4}   # random stretches (see fake/loads.py)
 
 [[faults]]
 at = "12m"                         # offset from start: "90s", "12m", "1h" or seconds
@@ -34,6 +36,7 @@ from telemetry.agent.clock import Clock
 
 from .device import FakeGpu
 from .kernel_log import FakeKernelLog
+from .loads import parse_load
 from .models import model
 from .nvml import FakeNvml
 
@@ -105,6 +108,7 @@ class Scenario:
                         bus=bus,
                         seed=self.seed,
                         busy=float(spec.get("busy", 0.7)),
+                        load=parse_load(spec["load"], self.start) if "load" in spec else None,
                     )
                 )
         return cards
