@@ -29,14 +29,16 @@ from typing import Any, ClassVar
 
 from django.db import connection
 from django.db.models import (
+    CharField,
+    DateTimeField,
     Exists,
     F,
+    Field,
     FilteredRelation,
     OuterRef,
     Prefetch,
     Q,
     QuerySet,
-    Subquery,
 )
 from django.db.models.expressions import RawSQL
 from django.http import Http404
@@ -65,7 +67,7 @@ from fleet.models import (
     Placement,
     Site,
 )
-from telemetry.models import GpuStateTransition
+from telemetry.selectors import state_fresh_for, state_now_join
 
 
 @dataclass
@@ -266,7 +268,6 @@ def gpus_for_caller(
     live = Q(placements__valid_from__lte=now) & (
         Q(placements__valid_to__isnull=True) | Q(placements__valid_to__gt=now)
     )
-    state = GpuStateTransition.objects.filter(gpu=OuterRef("pk"), at__lte=now).order_by("-at")
     return (
         Gpu.objects.filter(Exists(rows))
         .select_related("model")
@@ -276,8 +277,9 @@ def gpus_for_caller(
             cluster_code=F("here__node__cluster__code"),
             hostname=F("here__node__hostname"),
             slot=F("here__slot"),
-            telemetry_state=Subquery(state.values("state")[:1]),
-            telemetry_state_since=Subquery(state.values("at")[:1]),
+            telemetry_state=_state_now("state", now, CharField()),
+            telemetry_state_since=_state_now("since", now, DateTimeField()),
+            telemetry_last_seen_at=_state_now("last_seen", now, DateTimeField()),
         )
         .prefetch_related(
             Prefetch(
@@ -289,6 +291,16 @@ def gpus_for_caller(
             )
         )
     )
+
+
+def _state_now(column: str, now: datetime, output_field: Field[Any, Any]) -> RawSQL:
+    """One column of the GPU's telemetry state now (``telemetry.selectors.state_now_join``:
+    never the state of a run whose telemetry ended), for the annotated queryset."""
+    join = state_now_join(
+        gpu=f'"{Gpu._meta.db_table}"."id"', now="%s", alias="s", fresh_for=state_fresh_for()
+    )
+    sql = f"(SELECT s.{column} FROM (SELECT 1) AS one {join})"  # noqa: S608 - fixed SQL
+    return RawSQL(sql, [now], output_field=output_field)  # noqa: S611 - fixed SQL, values as params
 
 
 # The GPU list: ``gpus_for_caller``'s rows (the columns ``GPU_ROW_COLUMNS`` names, in order)
@@ -309,10 +321,11 @@ GPU_ROW_COLUMNS = (
     "created_at",
     "telemetry_state",
     "telemetry_state_since",
+    "telemetry_last_seen_at",
 )
 _GPU_ORDER_COLUMNS = {"serial": ("g.serial", "text"), "created_at": ("g.created_at", "timestamptz")}
 _GPU_PAGE_SQL = f"""
-SELECT page.*, t.state, t.at
+SELECT page.*, t.state, t.since, t.last_seen
   FROM (SELECT g.id, g.serial, g.nvml_uuid, m.name, m.memory_mib, g.lifecycle_state,
                s.code, c.code, n.hostname, p.slot, g.created_at
           FROM {Gpu._meta.db_table} g
@@ -329,9 +342,7 @@ SELECT page.*, t.state, t.at
          ORDER BY {{order}}
          LIMIT %(limit)s OFFSET %(offset)s) page (id, serial, nvml_uuid, model__name,
          model__memory_mib, lifecycle_state, site_code, cluster_code, hostname, slot, created_at)
-  LEFT JOIN LATERAL (SELECT x.state, x.at FROM {GpuStateTransition._meta.db_table} x
-                      WHERE x.gpu_id = page.id AND x.at <= %(now)s
-                      ORDER BY x.at DESC LIMIT 1) t ON true
+  {{state}}
  ORDER BY {{outer_order}}
 """  # noqa: S608 - table names from the models; values only as parameters
 _HELD_BY = f"""EXISTS (SELECT FROM {Ownership._meta.db_table} w
@@ -401,6 +412,9 @@ class GpuRows:
             where="\n               ".join(self.where),
             order=", ".join(orders),
             outer_order=", ".join(outer),
+            state=state_now_join(
+                gpu="page.id", now="%(now)s", alias="t", fresh_for=state_fresh_for()
+            ),
         )
         params = {**self.params, "limit": stop - start, "offset": start}
         with connection.cursor() as cursor:

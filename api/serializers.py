@@ -58,9 +58,22 @@ class GpuSerializer(serializers.ModelSerializer[Gpu]):
     model = serializers.CharField(source="model.name")
     memory_mib = serializers.IntegerField(source="model.memory_mib")
     telemetry_state = serializers.CharField(
-        allow_null=True, help_text="up, degraded, down or no_data; null before any telemetry."
+        allow_null=True,
+        help_text="up, degraded, down or no_data now; null before any telemetry. A GPU whose "
+        "telemetry ended (telemetry_last_seen_at longer ago than the staleness allowance, "
+        "3 minutes unless the operator set another) is no_data, whatever state its telemetry "
+        "last reported.",
     )
-    telemetry_state_since = serializers.DateTimeField(allow_null=True)
+    telemetry_state_since = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When that state began; for no_data after telemetry ended, the end of the "
+        "last second it covered.",
+    )
+    telemetry_last_seen_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="The end of the last second the GPU's telemetry covers (its last window's "
+        "window_start + observed_to); null before any telemetry.",
+    )
     placement = serializers.SerializerMethodField()
     holdings = HoldingSerializer(
         source="visible_holdings", many=True, help_text="Your accounts' shares now."
@@ -77,6 +90,7 @@ class GpuSerializer(serializers.ModelSerializer[Gpu]):
             "lifecycle_state",
             "telemetry_state",
             "telemetry_state_since",
+            "telemetry_last_seen_at",
             "placement",
             "holdings",
         )
@@ -377,6 +391,7 @@ GPU_ROW_SOURCES: dict[str, str] = {
     "lifecycle_state": "lifecycle_state",
     "telemetry_state": "telemetry_state",
     "telemetry_state_since": "telemetry_state_since",
+    "telemetry_last_seen_at": "telemetry_last_seen_at",
 }
 PLACEMENT_SOURCES = ("site_code", "cluster_code", "hostname", "slot")
 

@@ -31,7 +31,8 @@ from portal.access import (
     maintenance_for_user,
 )
 from portal.accounting import HOUR, Figures, seconds_per_hour
-from telemetry.models import GpuState, GpuStateTransition, HourlyRollup
+from telemetry.models import GpuState
+from telemetry.selectors import NO_TELEMETRY, StateNow, gpu_states_now
 
 TIMELINE_DAYS = 30
 
@@ -86,15 +87,11 @@ def recent_months(*, now: datetime, count: int = 12) -> list[Period]:
     return out
 
 
-def telemetry_now(*, ids: Sequence[Any]) -> dict[Any, str]:
-    """The telemetry state each GPU is in now (its newest transition); absent: no data."""
-    rows = (
-        GpuStateTransition.objects.filter(gpu_id__in=ids)
-        .order_by("gpu_id", "-at")
-        .distinct("gpu_id")
-        .values_list("gpu_id", "state")
-    )
-    return dict(rows)
+def telemetry_now(*, ids: Sequence[Any], now: datetime) -> dict[Any, StateNow]:
+    """The telemetry state each GPU is in now, and when it was last seen: a GPU whose
+    telemetry ended is no_data since its last observed second, whatever its newest
+    transition says (``telemetry.selectors.gpu_states_now``). Absent: no telemetry yet."""
+    return gpu_states_now(gpu_ids=list(ids), now=now)
 
 
 def shares_now(*, user: User, ids: Sequence[Any], now: datetime) -> dict[Any, int]:
@@ -127,8 +124,8 @@ class Overview:
 def fleet_overview(*, user: User, period: Period, now: datetime) -> Overview:
     held_now = list(gpus_for_user(user=user, held_at=now).only("pk", "lifecycle_state"))
     lifecycle = Counter(gpu.lifecycle_state for gpu in held_now)
-    states = telemetry_now(ids=[gpu.pk for gpu in held_now])
-    telemetry = Counter(states.get(gpu.pk, GpuState.NO_DATA) for gpu in held_now)
+    states = telemetry_now(ids=[gpu.pk for gpu in held_now], now=now)
+    telemetry = Counter(states.get(gpu.pk, NO_TELEMETRY).state for gpu in held_now)
     in_period = list(gpus_for_user(user=user).only("pk"))
     per_gpu = accounting.figures_for(user=user, gpus=in_period, window=period.interval)
     total = sum(per_gpu.values(), Figures())
@@ -176,6 +173,7 @@ class GpuRow:
     node: str
     slot: int | None
     telemetry: str
+    last_seen: datetime | None  # the end of the last second its telemetry covers
     share_bps: int
     figures: Figures
 
@@ -208,9 +206,9 @@ def gpu_rows(*, user: User, filters: GpuFilters, period: Period, now: datetime) 
         site, cluster = filters.cluster.split("/", 1)
         gpus = gpus.filter(site_code=site, cluster_code=cluster)  # type: ignore[misc]
     listed = list(gpus.order_by("serial"))
-    states = telemetry_now(ids=[g.pk for g in listed])
+    states = telemetry_now(ids=[g.pk for g in listed], now=now)
     if filters.telemetry:
-        listed = [g for g in listed if states.get(g.pk, GpuState.NO_DATA) == filters.telemetry]
+        listed = [g for g in listed if states.get(g.pk, NO_TELEMETRY).state == filters.telemetry]
     per_gpu = accounting.figures_for(user=user, gpus=listed, window=period.interval)
     shares = shares_now(user=user, ids=[g.pk for g in listed], now=now)
     rows = [
@@ -219,7 +217,8 @@ def gpu_rows(*, user: User, filters: GpuFilters, period: Period, now: datetime) 
             cluster=f"{g.site_code}/{g.cluster_code}" if g.cluster_code else "",  # type: ignore[attr-defined]
             node=g.hostname or "",  # type: ignore[attr-defined]
             slot=g.slot,  # type: ignore[attr-defined]
-            telemetry=states.get(g.pk, GpuState.NO_DATA),
+            telemetry=states.get(g.pk, NO_TELEMETRY).state,
+            last_seen=states.get(g.pk, NO_TELEMETRY).last_seen,
             share_bps=shares.get(g.pk, 0),
             figures=per_gpu[g.pk],
         )
@@ -293,6 +292,8 @@ class GpuDetail:
     metrics: list[HourMetrics]
     days: list[DaySummary]
     telemetry: str
+    telemetry_since: datetime | None
+    last_seen: datetime | None  # the end of the last second its telemetry covers
     share_bps: int
 
 
@@ -307,6 +308,7 @@ def gpu_detail(*, user: User, gpu: Gpu, now: datetime) -> GpuDetail:
     inputs = accounting.load_inputs(user=user, gpus=[gpu], window=window)[gpu.pk]
     partition = inputs.partition()
     hourly = accounting.rollups(ids=[gpu.pk], window=window).get(gpu.pk, [])
+    state = telemetry_now(ids=[gpu.pk], now=now).get(gpu.pk, NO_TELEMETRY)
     counted = seconds_per_hour(partition.in_service)
     parts = {
         name: seconds_per_hour(getattr(partition, name))
@@ -335,12 +337,14 @@ def gpu_detail(*, user: User, gpu: Gpu, now: datetime) -> GpuDetail:
         hours=hours,
         metrics=metrics,
         days=_days(hours, metrics),
-        telemetry=telemetry_now(ids=[gpu.pk]).get(gpu.pk, GpuState.NO_DATA),
+        telemetry=state.state,
+        telemetry_since=state.since,
+        last_seen=state.last_seen,
         share_bps=shares_now(user=user, ids=[gpu.pk], now=now).get(gpu.pk, 0),
     )
 
 
-def _metrics(rollup: HourlyRollup) -> HourMetrics:
+def _metrics(rollup: accounting.HourFigures) -> HourMetrics:
     reporting = rollup.seconds_up + rollup.seconds_degraded
     utilization = rollup.util_gpu_seconds / reporting if reporting else None
     covered_h = Decimal(rollup.windows * 60) / 3600

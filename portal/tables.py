@@ -42,6 +42,11 @@ def fmt_when(at: datetime | None) -> str:
     return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if at else DASH
 
 
+def fmt_second(at: datetime | None) -> str:
+    """To the second: where telemetry ended (a window may be observed only to its :35)."""
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if at else DASH
+
+
 def fmt_decimal(value: Decimal | float | None, places: int = 1) -> str:
     if value is None:
         return DASH

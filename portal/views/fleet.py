@@ -26,6 +26,7 @@ from portal.tables import (
     fmt_decimal,
     fmt_hours,
     fmt_pct,
+    fmt_second,
     fmt_when,
 )
 from portal.views import money
@@ -125,6 +126,12 @@ def gpu_table(rows: Any, *, export_rows: Any = None, caption: str) -> Table:
                 lambda r: r.telemetry,
                 text=lambda r: GpuState(r.telemetry).label,
                 badge=True,
+            ),
+            Column(
+                "Telemetry last seen",
+                lambda r: r.last_seen,
+                text=lambda r: fmt_second(r.last_seen) if r.last_seen else "never",
+                csv_label="telemetry_last_seen",
             ),
             Column(
                 "Your share now",
@@ -283,6 +290,9 @@ def gpu_page(request: HttpRequest, gpu_id: Any) -> HttpResponseBase:
         "charts": [mark_safe(svg) for svg in _charts(detail)],  # noqa: S308 - as above
         "legend": [(key, label, colour) for key, (colour, label) in charts.STATE_STYLE.items()],
         "share": fmt_bps(detail.share_bps),
+        "telemetry_label": GpuState(detail.telemetry).label,
+        "telemetry_since": fmt_second(detail.telemetry_since) if detail.telemetry_since else "",
+        "last_seen": fmt_second(detail.last_seen) if detail.last_seen else "never",
     }
     return table_page(request, "portal/gpu.html", context, tables)
 

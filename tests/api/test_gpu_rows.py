@@ -79,6 +79,10 @@ def fleet(world, bob):
             GpuStateTransition.objects.create(gpu=gpu, state="up", at=NOW - DAY + dt.timedelta(i))
         if i % 3 == 1:
             GpuStateTransition.objects.create(gpu=gpu, state="down", at=NOW + DAY)
+        if i % 4 == 0:  # reporting up to a minute ago: its state now stands
+            s.windows(gpu, NOW - 2 * DAY, NOW - dt.timedelta(minutes=1), node=node)
+        elif i % 4 == 2:  # its telemetry ended an hour ago: no_data now, whatever it said
+            s.windows(gpu, NOW - 2 * DAY, NOW - dt.timedelta(hours=1), node=node, state="down")
         # Runs of four GPUs made in the same microsecond.
         Gpu.objects.filter(pk=gpu.pk).update(created_at=NOW - 10 * DAY + (i // 4) * DAY)
     return made, carol
@@ -135,6 +139,14 @@ def test_the_sql_rows_are_the_querysets_rows(world, fleet, filters):
         assert rows[0:100] == expected
         assert rows[2:5] == expected[2:5]
         checked += len(expected)
+    if not filters:  # every kind of state now is compared
+        states = {(row["telemetry_state"], row["telemetry_last_seen_at"]) for row in expected}
+        assert {
+            ("up", NOW - dt.timedelta(minutes=1)),
+            ("down", NOW - dt.timedelta(minutes=1)),
+            ("no_data", NOW - dt.timedelta(hours=1)),
+            (None, None),
+        } <= states
     if filters.get("owner") == "CAROL":
         assert checked == 0  # an owner the key may not read lists nothing
     else:

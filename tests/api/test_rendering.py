@@ -34,6 +34,8 @@ from telemetry.models import GpuStateTransition
 from tests.api.conftest import ALL_SCOPES, NOW, client_for
 from tests.billing import scenario as s
 
+MINUTE = dt.timedelta(minutes=1)
+
 UTC = dt.UTC
 
 
@@ -183,8 +185,18 @@ def test_the_gpu_list_is_the_detail_documents_of_its_gpus(world, bob):
     gone = s.gpu(f, "SN-GONE", slot=1)
     Placement.objects.filter(gpu=gone).update(valid_to=NOW - dt.timedelta(days=1))
     s.own(gone, world.a.owner, 10_000, s.EPOCH, NOW - dt.timedelta(days=3))
-    GpuStateTransition.objects.create(
-        gpu=world.a.gpu, state="up", at=NOW - dt.timedelta(hours=1, microseconds=5)
+    # SN-FRA1 is up, its last window observed to a minute ago; SN-GONE's telemetry ended
+    # 10 minutes ago at :35 of its last minute, while its newest transition still says up.
+    up_since = NOW - dt.timedelta(hours=1, microseconds=5)
+    GpuStateTransition.objects.create(gpu=world.a.gpu, state="up", at=up_since)
+    s.windows(world.a.gpu, NOW - dt.timedelta(hours=1), NOW - MINUTE, node=world.a.node)
+    GpuStateTransition.objects.create(gpu=gone, state="up", at=NOW - dt.timedelta(hours=2))
+    s.windows(
+        gone,
+        NOW - dt.timedelta(hours=2),
+        NOW - dt.timedelta(minutes=10),
+        node=f.node,
+        change=lambda t, v: {**v, "observed": (0, 35)} if t == NOW - 11 * MINUTE else v,
     )
     GpuStateTransition.objects.create(gpu=shared, state="down", at=NOW + dt.timedelta(hours=1))
     accounts.partner_grant_create(
@@ -209,7 +221,13 @@ def test_the_gpu_list_is_the_detail_documents_of_its_gpus(world, bob):
     assert [h["share_bps"] for h in rows["SN-SHARED"]["holdings"]] != []
     assert len(rows["SN-SHARED"]["holdings"]) == 2
     assert rows["SN-FRA1"]["telemetry_state"] == "up"
+    assert rows["SN-FRA1"]["telemetry_state_since"] == "2026-03-15T10:59:59.999995Z"
+    assert rows["SN-FRA1"]["telemetry_last_seen_at"] == "2026-03-15T11:59:00Z"
+    assert rows["SN-GONE"]["telemetry_state"] == "no_data"
+    assert rows["SN-GONE"]["telemetry_state_since"] == "2026-03-15T11:49:35Z"
+    assert rows["SN-GONE"]["telemetry_last_seen_at"] == "2026-03-15T11:49:35Z"
     assert rows["SN-SHARED"]["telemetry_state"] is None  # its transition is still ahead
+    assert rows["SN-SHARED"]["telemetry_last_seen_at"] is None
 
     # Cursor pages over rows: every GPU once, in order.
     seen, path = [], "/api/v1/gpus?limit=1"

@@ -86,6 +86,7 @@ def test_gpu_list_filters_sorts_and_exports(client, world, alice, oscar):
         "slot",
         "lifecycle",
         "telemetry_now",
+        "telemetry_last_seen",
         "your_share_bps",
         "availability",
         "utilization",
@@ -99,13 +100,14 @@ def test_gpu_list_filters_sorts_and_exports(client, world, alice, oscar):
         "0",
         "in_service",
         "up",
+        "2026-11-21T12:00:00Z",
         "10000",
         "0.983673",
         "0.500000",
         "6.0",
     ]
     # X was sold: held now 0 bps, and its figures stop on Nov 10.
-    assert rows[2][7] == "0" and rows[2][10] == "216.0"
+    assert rows[2][6:9] == ["no_data", "", "0"] and rows[2][11] == "216.0"
     assert response.status_code == 200
     only_up = rows_of(client.get("/gpus/?telemetry=up&export=gpus"))
     assert [r[0] for r in only_up] == ["serial", "A1"]
@@ -156,8 +158,12 @@ def test_gpu_page_shows_identity_history_timeline_and_charts(client, world, alic
     assert "Maintenance: 12 Nov 02:00 – 12 Nov 04:00 UTC" in body
     assert "No data: 08 Nov 00:00 – 08 Nov 06:00 UTC" in body
     assert "PDU firmware update" in page
-    # The by-day table: Nov 5 had 2 hours down, 22 up, 50 % busy, 700 W, 65 °C.
-    assert "Thu 05 Nov 2026 22.0 2.0 0.0 0.0 50.0 % 700.0 65.0" in page
+    # The by-day table: Nov 5 had 2 hours down, 22 up, 50 % busy, 65 °C; power is the mean
+    # of its hours, 22 at 700 W and the 2 down ones at 0 W (no energy): 641.7 W.
+    assert "Thu 05 Nov 2026 22.0 2.0 0.0 0.0 50.0 % 641.7 65.0" in page
+    # Its telemetry covers up to now (the rollups' last hour ends at 12:00).
+    assert "Telemetry now Up since 2026-11-08 06:00:00 UTC" in page
+    assert "Telemetry last seen 2026-11-21 12:00:00 UTC" in page
 
 
 def test_gpu_page_of_a_sold_gpu_names_no_other_owner_and_stops_at_the_sale(

@@ -7,7 +7,10 @@ In service since 2026-09-05. alice holds A1 and A2 whole, and held X until Nov 1
 she sold it to bob; bob holds half of B1.
 
 A1 telemetry: up all November except down Nov 5 10:00–12:00 and silent Nov 8 00:00–06:00
-(no_data); hourly rollups say 50 % utilization, 0.7 kWh (700 W) and 65 °C in every up hour.
+(no_data); hourly rollups say 50 % utilization, 0.7 kWh (700 W) and 65 °C in every up hour,
+and 3,600 s down (no utilization, no energy) in the two down hours. The telemetry covers up to
+now: the rollups end with the hour before it (no raw windows: the figures come from the
+transitions, each run ended where the rollups say its telemetry ended).
 A2, X and B1 send nothing. Maintenance on cluster a Nov 12 02:00–04:00 (A1 was up then).
 Incident on node fra1-b-n01 Nov 15 08:00–09:00 (bob's B1); an open incident on A2 since
 Nov 20 10:00.
@@ -148,8 +151,25 @@ def build(*, oscar: User, alice_owner: Owner, bob_owner: Owner, now: dt.datetime
     rollups = []
     hour = at(22, 0, month=10)
     while hour < now:
-        silent = at(5, 10) <= hour < at(5, 12) or at(8, 0) <= hour < at(8, 6)
-        if not silent:
+        down = at(5, 10) <= hour < at(5, 12)
+        if down:  # the agent reported the GPU down: windows, but no utilization or power
+            rollups.append(
+                HourlyRollup(
+                    gpu=a1,
+                    hour=hour,
+                    windows=60,
+                    seconds_up=0,
+                    seconds_degraded=0,
+                    seconds_down=3600,
+                    util_gpu_seconds=Decimal(0),
+                    energy_kwh=Decimal(0),
+                    temp_max_c=None,
+                    ecc_corrected=0,
+                    ecc_uncorrected=0,
+                    xid_events=0,
+                )
+            )
+        elif not at(8, 0) <= hour < at(8, 6):
             rollups.append(
                 HourlyRollup(
                     gpu=a1,
