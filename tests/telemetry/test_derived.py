@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -33,6 +34,20 @@ def at(minutes: int) -> dt.datetime:
 def send(post, node, windows, events=None):
     response = post(node, batch_document(node=node, windows=windows, events=events))
     assert response.status_code == 202, response.json()
+
+
+def deliver_shuffled(rng: random.Random, windows: list[dict[str, Any]], *, chunk: int,
+                     send: Callable[[list[dict[str, Any]]], None]) -> None:  # fmt: skip
+    """Delivers the windows in a random order, `chunk` a batch, running the derived pass now
+    and then (3 marks at a time), and drains it: incremental passes over late arrivals."""
+    rng.shuffle(windows)
+    for first in range(0, len(windows), chunk):
+        send(windows[first : first + chunk])
+        batches_process(worker="w")
+        if rng.random() < 0.3:
+            derived_process(limit=3)
+    derived_drain(limit=3)
+    assert marks() == []
 
 
 def marks() -> list[tuple[object, dt.datetime]]:
@@ -117,14 +132,7 @@ def test_incremental_with_deferred_partial_passes_equals_a_rebuild(node, post):
             energy = rng.randrange(10**6) if rng.random() < 0.03 else energy + rng.randrange(10**7)
             windows.append(window(g.nvml_uuid, at(m), energy_mj=energy, ecc_corrected=m // 9,
                                   state=rng.choice(["up", "up", "degraded", "down"])))  # fmt: skip
-    rng.shuffle(windows)
-    for start in range(0, len(windows), 29):
-        send(post, node, windows[start : start + 29])
-        batches_process(worker="w")
-        if rng.random() < 0.3:
-            derived_process(limit=3)
-    derived_drain(limit=3)
-    assert marks() == []
+    deliver_shuffled(rng, windows, chunk=29, send=lambda part: send(post, node, part))
     incremental, transitions = rollup_rows(), transition_rows()
     assert len(incremental) == 2 * 3
     HourlyRollup.objects.all().delete()
@@ -415,14 +423,7 @@ def test_incremental_passes_over_partial_windows_equal_a_rebuild_and_the_contrac
             util = None if state == "down" else rng.randrange(0, 100_000) / 1000
             energy = rng.randrange(10**6) if rng.random() < 0.03 else energy + rng.randrange(10**7)
             windows.append(v2(g.nvml_uuid, at(m), span, state, util, energy_mj=energy))
-    rng.shuffle(windows)
-    for first in range(0, len(windows), 23):
-        send_v2(post, node, windows[first : first + 23])
-        batches_process(worker="w")
-        if rng.random() < 0.3:
-            derived_process(limit=3)
-    derived_drain(limit=3)
-    assert marks() == []
+    deliver_shuffled(rng, windows, chunk=23, send=lambda part: send_v2(post, node, part))
     nvml = {g.id: g.nvml_uuid for g in node.gpus}
     assert sorted((nvml[g], s, a, r) for g, s, a, r in transition_rows()) == (
         expected_transitions(windows)
