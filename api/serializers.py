@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 from rest_framework.settings import api_settings
@@ -252,8 +252,25 @@ class StatementSerializer(serializers.ModelSerializer[Statement]):
         }
 
 
+# ``StatementDetail`` renders the figures from rows and adds the terms.
+@extend_schema_serializer(component_name="StatementLine")
+class StatementLineWithTermsSerializer(StatementLineSerializer):
+    """A statement line: its figures and, for a GPU line, the terms they were computed from
+    (docs/accounting.md, "The terms of each line")."""
+
+    terms = serializers.JSONField(
+        read_only=True,
+        allow_null=True,
+        help_text="A GPU line's terms: cluster and span, up seconds, share, rentals, pool, "
+        "revenue and rate cards in force (docs/accounting.md); null for an adjustment.",
+    )
+
+    class Meta(StatementLineSerializer.Meta):
+        fields = (*LINE_FIELDS, "terms")
+
+
 class StatementDetailSerializer(StatementSerializer):
-    lines = StatementLineSerializer(many=True)
+    lines = StatementLineWithTermsSerializer(many=True)
 
     class Meta(StatementSerializer.Meta):
         fields = (*StatementSerializer.Meta.fields, "lines")
@@ -346,7 +363,8 @@ def _plain_fields(
 
 # Raise when the rendering of a value changes without a change of fields (``_converter``):
 # stored renderings of statement lines are keyed by it.
-LINES_RENDERING_VERSION = 1
+# 2: lines carry their terms.
+LINES_RENDERING_VERSION = 2
 
 
 @functools.cache

@@ -61,7 +61,7 @@ from api.serializers import (
 )
 from api.throttling import ApiKeyRateThrottle
 from billing.models import Statement
-from billing.reports import render_csv, render_pdf, statement_report
+from billing.reports import line_terms, render_csv, render_pdf, statement_report
 from fleet.models import Ownership
 
 
@@ -435,7 +435,12 @@ def _lines_json(statement: Statement) -> bytes:
         lines = statement.lines.order_by("position").values_list(
             *row_sources(StatementLineSerializer)
         )
-        body = JSONRenderer().render(rows_data(StatementLineSerializer, lines))
+        rows = rows_data(StatementLineSerializer, lines)
+        # Each line's terms, read from the frozen inputs (docs/accounting.md).
+        terms = line_terms(frozen=statement.frozen_inputs, kinds=[r["kind"] for r in rows])
+        body = JSONRenderer().render(
+            [{**row, "terms": t} for row, t in zip(rows, terms, strict=True)]
+        )
         cache.set(key, body, timeout=settings.API_STATEMENT_LINES_CACHE_S)
     return bytes(body)
 

@@ -29,6 +29,7 @@ from billing.engine.statement import (
     Line,
     OwnershipSlice,
     PoolBasis,
+    PoolTerms,
     RateTerms,
     Rental,
     gpu_lines,
@@ -143,9 +144,11 @@ def _frozen_head(
     pool_basis: PoolBasis,
     pool_cents: Decimal,
     rates: Sequence[RateTerms],
+    pool: PoolTerms | None = None,
+    cluster_name: str | None = None,
 ) -> dict[str, Any]:
     """A GPU's frozen inputs up to its cells (which both forms below add in their own way)."""
-    return {
+    head = {
         "gpu_id": gpu_id,
         "serial": gpu.key,
         "cluster_id": cluster_id,
@@ -161,6 +164,13 @@ def _frozen_head(
             for r in gpu.rentals
         ],
     }
+    if cluster_name is not None:
+        head["cluster_name"] = cluster_name  # as issued: the statement names it so
+    if pool is not None:
+        # What the pool part was split from: shown as a line's terms, not hashed.
+        head["pool_amount"] = cents(pool.amount)
+        head["pool_total_weight"] = str(pool.total_weight)
+    return head
 
 
 def _cells_of(gpu: GpuInputs) -> CellUsage:
@@ -178,6 +188,8 @@ def gpu_frozen(
     pool_basis: PoolBasis,
     pool_cents: Decimal,
     rates: Sequence[RateTerms],
+    pool: PoolTerms | None = None,
+    cluster_name: str | None = None,
 ) -> dict[str, Any]:
     """A GPU's frozen inputs as a document (the reference ``gpu_frozen_json`` is tested on)."""
     head = _frozen_head(
@@ -187,6 +199,8 @@ def gpu_frozen(
         pool_basis=pool_basis,
         pool_cents=pool_cents,
         rates=rates,
+        pool=pool,
+        cluster_name=cluster_name,
     )
     return {**head, "cells": [cell.to_json() for cell in _cells_of(gpu).cells]}
 
@@ -200,6 +214,8 @@ def gpu_frozen_json(
     pool_cents: Decimal,
     rates: Sequence[RateTerms],
     events: list[list[object]],
+    pool: PoolTerms | None = None,
+    cluster_name: str | None = None,
 ) -> str:
     """``json.dumps({**gpu_frozen(…), "events": events})`` (default separators, ASCII), the
     same text built without the per-cell lists: most of a close's frozen inputs are cells."""
@@ -212,6 +228,8 @@ def gpu_frozen_json(
             pool_basis=pool_basis,
             pool_cents=pool_cents,
             rates=rates,
+            pool=pool,
+            cluster_name=cluster_name,
         )
     )
     return f'{head[:-1]}, "cells": {cells}, "events": {json.dumps(events) if events else "[]"}}}'
@@ -234,8 +252,9 @@ def _rates_frozen(rates: tuple[RateTerms, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def gpu_lines_from_frozen(period: Interval, entry: dict[str, Any]) -> list[Line]:
-    gpu = GpuInputs(
+def gpu_inputs_from_frozen(entry: dict[str, Any]) -> GpuInputs:
+    """One frozen GPU entry's usage (its cells), ownership and rentals."""
+    return GpuInputs(
         key=entry["serial"],
         timeline=CellUsage([Cell.from_json(c) for c in entry["cells"]]),
         ownership=[
@@ -246,7 +265,11 @@ def gpu_lines_from_frozen(period: Interval, entry: dict[str, Any]) -> list[Line]
             Rental(Interval(parse(a), parse(b)), Decimal(rate)) for a, b, rate in entry["rentals"]
         ],
     )
-    rates = [
+
+
+def rates_from_frozen(entry: dict[str, Any]) -> list[RateTerms]:
+    """The rate cards one frozen GPU entry was computed with."""
+    return [
         RateTerms(
             interval=Interval(parse(r["from"]), parse(r["to"])),
             hosting_fee_per_gpu_month=Decimal(r["hosting_fee_per_gpu_month"]),
@@ -257,12 +280,15 @@ def gpu_lines_from_frozen(period: Interval, entry: dict[str, Any]) -> list[Line]
         )
         for r in entry["rates"]
     ]
+
+
+def gpu_lines_from_frozen(period: Interval, entry: dict[str, Any]) -> list[Line]:
     result = gpu_lines(
         period=period,
-        gpu=gpu,
+        gpu=gpu_inputs_from_frozen(entry),
         pool_cents=Decimal(entry["pool_cents"]),
         pool_basis=PoolBasis(entry["pool_basis"]),
-        rates=rates,
+        rates=rates_from_frozen(entry),
     )
     return result.lines
 

@@ -232,6 +232,26 @@ def pool_split(
         return split_largest_remainder(pool_amount, weights)
 
 
+@dataclass(frozen=True)
+class PoolTerms:
+    """A cluster's pool for a period as split: the amount and the sum of all GPUs' weights."""
+
+    amount: Decimal
+    total_weight: Decimal | int
+
+
+def pool_terms(
+    *, period: Interval, gpus: Sequence[GpuInputs], pool_amount: Decimal, pool_basis: PoolBasis
+) -> PoolTerms:
+    """What ``pool_split`` divides: the amount, and the weights of all the cluster's GPUs
+    summed (up seconds, or busy seconds), so a GPU's part can be checked from its own
+    weight: it is amount × weight ÷ total weight, rounded down or up to the cent."""
+    weights = [g.timeline.measure(period) for g in gpus]
+    if pool_basis is PoolBasis.UP_SECONDS:
+        return PoolTerms(pool_amount, sum(m.up_s for m in weights))
+    return PoolTerms(pool_amount, sum((m.busy_s for m in weights), Decimal(0)))
+
+
 def gpu_lines(
     *,
     period: Interval,

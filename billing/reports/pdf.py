@@ -26,8 +26,10 @@ from billing.reports.text import (
     availability_bars,
     event_rows,
     hours,
+    line_places,
     pct,
     status_line,
+    terms_parts,
     utilization_bars,
     when,
 )
@@ -109,6 +111,7 @@ def render_pdf(report: Report) -> bytes:
     pdf.add_page()
     _summary(pdf, report)
     _lines(pdf, report)
+    _terms(pdf, report)
     _adjustments(pdf, report)
     _events(pdf, report)
     _charts(pdf, report)
@@ -246,6 +249,7 @@ def _lines(pdf: FPDF, r: Report) -> None:
     if not gpu_lines:
         _para(pdf, "No GPU lines on this statement.")
         return
+    places = line_places(r)
     _grid(
         pdf,
         [
@@ -264,9 +268,9 @@ def _lines(pdf: FPDF, r: Report) -> None:
         ],
         [
             [
-                line["description"],
-                when(line["starts_at"], short=True),
-                when(line["ends_at"], short=True),
+                places[line["position"]].label,
+                when(places[line["position"]].starts_at, short=True),
+                when(places[line["position"]].ends_at, short=True),
                 pct(Decimal(line["share_bps"]) / 10_000),
                 hours(line["in_service_s"]),
                 hours(line["up_s"]),
@@ -289,8 +293,8 @@ def _lines(pdf: FPDF, r: Report) -> None:
         ["GPU", "From", "Gross", "Hosting fee", "Power cost", "Management fee", "Net"],
         [
             [
-                line["description"],
-                when(line["starts_at"], short=True),
+                places[line["position"]].label,
+                when(places[line["position"]].starts_at, short=True),
                 *(
                     amount(line[name], r.currency)
                     for name in ("gross", "hosting_fee", "power_cost", "management_fee", "net")
@@ -303,6 +307,43 @@ def _lines(pdf: FPDF, r: Report) -> None:
         size=6.5,
     )
     _para(pdf, f"Basis: {r.basis.sentence}", size=7)
+
+
+def _terms(pdf: FPDF, r: Report) -> None:
+    """Under the lines, what each is computed from: a short paragraph per line, wrapped
+    here phrase by phrase into one-line cells (fast for a statement of many GPUs)."""
+    found = [
+        (line, terms) for line, terms in zip(r.lines, r.terms, strict=True) if terms is not None
+    ]
+    if not found:
+        return
+    _h2(pdf, "What each GPU line is computed from")
+    _para(
+        pdf,
+        "Every figure above follows from these terms by the accounting rules; the JSON "
+        "download holds them whole, and steward-verify recomputes the statement from it.",
+        size=7,
+    )
+    size = 6.5
+    height = size * 0.5
+    room = pdf.w - pdf.l_margin - pdf.r_margin
+    for line, terms in found:
+        pdf.ln(0.8)
+        phrases = [f"{line['position']}. {line['description']}:", *terms_parts(terms, r.currency)]
+        rows: list[str] = []
+        pdf.set_font("helvetica", "", size)
+        for phrase in (pdf_text(p) for p in phrases):
+            joined = f"{rows[-1]}; {phrase}" if rows and not rows[-1].endswith(":") else None
+            if rows and rows[-1].endswith(":"):
+                joined = f"{rows[-1]} {phrase}"
+            if joined is not None and pdf.get_string_width(joined) <= room:
+                rows[-1] = joined
+            else:
+                rows.append(_fit(pdf, phrase if not rows else f"    {phrase}", room))
+        for text in rows:
+            if pdf.get_y() + height > pdf.page_break_trigger:
+                pdf.add_page()
+            pdf.cell(room, height, text, new_x=XPos.LMARGIN, new_y=YPos.NEXT)
 
 
 def _adjustments(pdf: FPDF, r: Report) -> None:

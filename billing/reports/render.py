@@ -57,6 +57,95 @@ def _cell(value: Any) -> str:
     return text
 
 
+TERMS_FIELDS = (
+    "position",
+    "cluster_id",
+    "cluster_name",
+    "span_start",
+    "span_end",
+    "up_s",
+    "share_bps",
+    "share_from",
+    "share_to",
+    "pool_basis",
+    "pool_cluster_amount",
+    "pool_gpu_weight",
+    "pool_total_weight",
+    "pool_gpu_part",
+    "pool_run_weight",
+    "gpu_rentals",
+    "gpu_total",
+    "run_exact",
+    "share_exact",
+)
+RENTAL_FIELDS = ("position", "from", "to", "rate_per_gpu_hour", "up_s", "amount")
+RATE_CARD_FIELDS = (
+    "position",
+    "from",
+    "to",
+    "hosting_fee_per_gpu_month",
+    "in_service_s",
+    "waives_operator_incidents",
+    "waived_incident_s",
+    "period_s",
+    "energy_kwh",
+    "pue",
+    "price_per_kwh",
+    "management_fee_pct",
+)
+
+
+def _terms_sections(report: Report) -> list[tuple[str, tuple[str, ...], list[dict[str, Any]]]]:
+    """Each GPU line's terms, flat: one row per line, per rental and per rate card in force
+    (``position`` ties them to the line)."""
+    lines: list[dict[str, Any]] = []
+    rentals: list[dict[str, Any]] = []
+    cards: list[dict[str, Any]] = []
+    for line, terms in zip(report.lines, report.terms, strict=True):
+        if terms is None:
+            continue
+        position = line["position"]
+        pool, revenue, share = terms["pool"], terms["revenue"], terms["share"]
+        lines.append(
+            {
+                "position": position,
+                "cluster_id": terms["cluster_id"],
+                "cluster_name": terms["cluster_name"],
+                "span_start": terms["span"][0],
+                "span_end": terms["span"][1],
+                "up_s": terms["up_s"],
+                "share_bps": share["bps"],
+                "share_from": share["from"],
+                "share_to": share["to"],
+                "pool_basis": pool["basis"],
+                "pool_cluster_amount": pool["cluster_amount"],
+                "pool_gpu_weight": pool["gpu_weight"],
+                "pool_total_weight": pool["total_weight"],
+                "pool_gpu_part": pool["gpu_part"],
+                "pool_run_weight": pool["run_weight"],
+                "gpu_rentals": revenue["gpu_rentals"],
+                "gpu_total": revenue["gpu_total"],
+                "run_exact": revenue["run_exact"],
+                "share_exact": revenue["share_exact"],
+            }
+        )
+        rentals += [{"position": position, **r} for r in terms["rentals"]]
+        cards += [
+            {
+                "position": position,
+                **c,
+                # As JSON writes it (a spreadsheet reads either).
+                "waives_operator_incidents": "true" if c["waives_operator_incidents"] else "false",
+            }
+            for c in terms["rate_cards"]
+        ]
+    return [
+        ("terms", TERMS_FIELDS, lines),
+        ("rentals", RENTAL_FIELDS, rentals),
+        ("rate_cards", RATE_CARD_FIELDS, cards),
+    ]
+
+
 def _day(day: Day) -> dict[str, Any]:
     return {name: raw(getattr(day, name)) for name in DAY_FIELDS}
 
@@ -102,7 +191,13 @@ def report_document(report: Report) -> dict[str, Any]:
             "payouts_total": raw(report.payouts_total),
             "closing_balance": raw(report.closing_balance),
         },
-        "lines": [{name: raw(line[name]) for name in LINE_FIELDS} for line in report.lines],
+        "lines": [
+            {**{name: raw(line[name]) for name in LINE_FIELDS}, "terms": terms}
+            for line, terms in zip(report.lines, report.terms, strict=True)
+        ],
+        # Everything the figures were computed from: what ``steward-verify`` recomputes the
+        # lines, the totals and the content's SHA-256 from (docs/accounting.md).
+        "frozen_inputs": report.frozen_inputs,
         "adjustments": [raw(a) for a in report.adjustments],
         "payouts": [raw(p) for p in report.payouts],
         "events": None if report.events is None else [_event(e) for e in report.events],
@@ -142,9 +237,10 @@ def render_csv(report: Report) -> str:
     w.writerow(LINE_FIELDS)
     for line in report.lines:
         w.writerow([_cell(line[name]) for name in LINE_FIELDS])
-    sections: list[tuple[str, tuple[str, ...], list[dict[str, Any]]]] = [
-        ("payouts", PAYOUT_FIELDS, [dict(p) for p in report.payouts]),
-    ]
+    sections: list[tuple[str, tuple[str, ...], list[dict[str, Any]]]] = []
+    if any(t is not None for t in report.terms):
+        sections += _terms_sections(report)
+    sections.append(("payouts", PAYOUT_FIELDS, [dict(p) for p in report.payouts]))
     if report.events is not None:
         sections.append(("events", EVENT_FIELDS, [_event(e) for e in report.events]))
     if report.days is not None:

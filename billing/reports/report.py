@@ -11,7 +11,9 @@ vs net and the costs included, and the not-guaranteed statement.
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -22,9 +24,11 @@ from accounts.models import Disclosure, Owner
 from billing.engine.cells import Cell, CellUsage
 from billing.engine.document import BASIS, NOT_GUARANTEED
 from billing.engine.intervals import Interval, intersect
+from billing.engine.terms import statement_terms
 from billing.engine.usage import exact_decimal
 from billing.models import Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
+from fleet.models import Cluster
 
 SIX = Decimal("0.000001")
 DAY = timedelta(days=1)
@@ -111,6 +115,10 @@ class Report:
     gross_total: Decimal
     costs_total: dict[str, Decimal]
     lines: tuple[dict[str, Any], ...]  # LINE_FIELDS of every line, GPU lines first
+    # Per line, the terms it was computed from (``billing.engine.terms``); None for an
+    # adjustment, and for every line of a statement whose frozen inputs hold no cells.
+    terms: tuple[dict[str, Any] | None, ...]
+    frozen_inputs: dict[str, Any]  # what the figures were computed from, as stored
     adjustments: tuple[dict[str, Any], ...]  # as frozen: id, amount, reason, source, corrects_*
     payouts: tuple[dict[str, Any], ...]  # as frozen: reference, amount, paid_on
     events: tuple[Event, ...] | None  # None: not recorded with this statement
@@ -163,6 +171,7 @@ def statement_report(statement: Statement) -> Report:
     if owner_name is None:  # computed before names were frozen
         owner_name = Owner.objects.values_list("legal_name", flat=True).get(pk=statement.owner_id)
     published = statement.status == Statement.Status.PUBLISHED
+    terms = line_terms(frozen=frozen, kinds=[line["kind"] for line in lines])
     return Report(
         statement_id=str(statement.pk),
         owner_id=str(statement.owner_id),
@@ -197,11 +206,39 @@ def statement_report(statement: Statement) -> Report:
             name: sum((getattr(r, name) for r in gpu_rows), Decimal("0.00")) for name in COST_LABELS
         },
         lines=lines,
+        terms=terms,
+        frozen_inputs=frozen,
         adjustments=tuple(frozen.get("adjustments", [])),
         payouts=tuple(frozen.get("payouts", [])),
         events=_events(frozen, gpu_rows),
-        days=_days(statement, frozen, gpu_rows),
+        days=_days(
+            statement,
+            frozen,
+            gpu_rows,
+            [t for t, line in zip(terms, lines, strict=True) if line["kind"] == "gpu"],
+        ),
     )
+
+
+def line_terms(
+    *, frozen: dict[str, Any], kinds: Sequence[str]
+) -> tuple[dict[str, Any] | None, ...]:
+    """The terms of each line of a statement, given its frozen inputs and its lines' kinds
+    in position order: the GPU lines are stored in the content's order, which
+    ``statement_terms`` follows; None for an adjustment, and for every line when the frozen
+    inputs hold no cells. Cluster names not frozen with the statement are read (one query)."""
+    found = statement_terms(frozen) if frozen else None
+    gpu_count = sum(1 for kind in kinds if kind == StatementLine.Kind.GPU)
+    if found is None or len(found) != gpu_count:
+        return tuple(None for _ in kinds)
+    unnamed = {t["cluster_id"] for t in found if t["cluster_name"] is None}
+    if unnamed:  # computed before cluster names were frozen: the name it has now
+        names = dict(Cluster.objects.filter(pk__in=unnamed).values_list("pk", "name"))
+        for t in found:
+            if t["cluster_name"] is None:
+                t["cluster_name"] = names.get(uuid.UUID(t["cluster_id"]))
+    ordered = iter(found)
+    return tuple(next(ordered) if kind == StatementLine.Kind.GPU else None for kind in kinds)
 
 
 def _events(frozen: dict[str, Any], rows: list[StatementLine]) -> tuple[Event, ...] | None:
@@ -249,7 +286,10 @@ def _events(frozen: dict[str, Any], rows: list[StatementLine]) -> tuple[Event, .
 
 
 def _days(
-    statement: Statement, frozen: dict[str, Any], rows: list[StatementLine]
+    statement: Statement,
+    frozen: dict[str, Any],
+    rows: list[StatementLine],
+    terms: Sequence[dict[str, Any] | None],
 ) -> tuple[Day, ...] | None:
     """Per UTC day, the owner's GPU runs measured from the frozen cells (as the lines were)."""
     start, end = statement.period.start, statement.period.end
@@ -258,17 +298,21 @@ def _days(
     while day < end:
         days.append(Interval(day, min(day + DAY, end)))
         day += DAY
+    # A GPU that changed clusters has an entry (and a line) per cluster: each line is
+    # measured on its own cluster's cells, named by its terms.
     usage = {
-        g["gpu_id"]: CellUsage([Cell.from_json(c) for c in g["cells"]])
+        (g["gpu_id"], g.get("cluster_id")): CellUsage([Cell.from_json(c) for c in g["cells"]])
         for g in frozen.get("gpus", [])
         if g.get("cells")
     }
+    by_gpu = {gpu: cells for (gpu, _), cells in usage.items()}
+    clusters = [t["cluster_id"] if t is not None else None for t in terms]
     seconds = {d.start: [0, 0, 0, 0, 0] for d in days}  # in service, up, down, maint., none
     busy = {d.start: Decimal(0) for d in days}
-    for row in rows:
+    for row, cluster in zip(rows, clusters, strict=True):
         if row.starts_at is None or row.ends_at is None:
             continue
-        cells = usage.get(str(row.gpu_id))
+        cells = usage.get((str(row.gpu_id), cluster)) or by_gpu.get(str(row.gpu_id))
         if cells is None:
             return None
         for d in days:
@@ -299,4 +343,4 @@ def _days(
     return tuple(out)
 
 
-__all__ = ["LINE_FIELDS", "Basis", "Day", "Event", "Report", "statement_report"]
+__all__ = ["LINE_FIELDS", "Basis", "Day", "Event", "Report", "line_terms", "statement_report"]

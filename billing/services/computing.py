@@ -33,6 +33,7 @@ from billing.engine.statement import (
     RateTerms,
     gpu_lines,
     pool_split,
+    pool_terms,
 )
 from billing.models import Adjustment, ClusterBilling, Payout, Period, PoolRevenue, Statement
 from billing.selectors.facts import (
@@ -208,6 +209,10 @@ def _cluster_lines(
                     "the period to split it by. Correct or remove the pool entry."
                 }
             ) from exc
+        # What each GPU's part was split from, frozen to show as its lines' terms.
+        pool = pool_terms(
+            period=window, gpus=[g for _, g in inputs], pool_amount=pool_amount, pool_basis=basis
+        )
         for fact, gpu in inputs:
             if not gpu.ownership:
                 continue  # no owner billed in this currency: the operator's alone
@@ -234,6 +239,8 @@ def _cluster_lines(
                 rates=terms[currency],
                 # Not part of the figures: what the statement's report lists for the period.
                 events=fact.events,
+                pool=pool,
+                cluster_name=cluster.name,
             )
             owners_here = set()
             for line in result.lines:

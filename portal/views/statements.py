@@ -20,12 +20,15 @@ from billing.reports import Report, render_csv, render_json, render_pdf, stateme
 from billing.reports.report import COST_LABELS, period_name
 from billing.reports.text import (
     FIGURE_NOTES,
+    Place,
     amount,
     availability_bars,
     event_rows,
     hours,
+    line_places,
     pct,
     status_line,
+    terms_parts,
     utilization_bars,
 )
 from portal.access import statement_for_user, statements_for_user
@@ -132,6 +135,11 @@ def statement(request: HttpRequest, statement_id: Any) -> HttpResponseBase:
         if report.days is not None
         else [],
         "notes": FIGURE_NOTES,
+        "terms": [
+            (line["position"], line["description"], terms_parts(terms, report.currency))
+            for line, terms in zip(report.lines, report.terms, strict=True)
+            if terms is not None
+        ],
         "downloads": [
             (
                 "PDF",
@@ -171,17 +179,30 @@ def _money(name: str, label: str, currency: str) -> Column:
 
 
 def _lines_table(r: Report) -> Table:
+    places = line_places(r)  # a GPU that changed clusters: a line per cluster, each named
+
+    def place(line: dict[str, Any]) -> Place:
+        return places[line["position"]]
+
     return Table(
         name="lines",
         caption=f"Per GPU: hours, figures and money ({r.basis.finality}, {r.period_label})",
         columns=[
             Column(
                 "GPU",
-                lambda line: line["description"],
+                lambda line: place(line).label,
                 link=lambda line: reverse("portal:gpu", args=[line["gpu_id"]]),
             ),
-            Column("From", lambda line: line["starts_at"], text=lambda x: fmt_when(x["starts_at"])),
-            Column("Until", lambda line: line["ends_at"], text=lambda x: fmt_when(x["ends_at"])),
+            Column(
+                "From",
+                lambda line: place(line).starts_at,
+                text=lambda line: fmt_when(place(line).starts_at),
+            ),
+            Column(
+                "Until",
+                lambda line: place(line).ends_at,
+                text=lambda line: fmt_when(place(line).ends_at),
+            ),
             Column(
                 "Share",
                 lambda line: line["share_bps"],

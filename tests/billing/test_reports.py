@@ -77,6 +77,24 @@ power_cost,management_fee,net,corrects_line_id
 2,adjustment,,'=Correction of January,,,,0,0,0,0,0,,,0.000000,0.000000,0.00,0.00,0.00,0.00,\
 -5.00,
 
+section,terms
+position,cluster_id,cluster_name,span_start,span_end,up_s,share_bps,share_from,share_to,\
+pool_basis,pool_cluster_amount,pool_gpu_weight,pool_total_weight,pool_gpu_part,pool_run_weight,\
+gpu_rentals,gpu_total,run_exact,share_exact
+1,00000000-0000-0000-0000-000000000001,,2026-02-01T00:00:00Z,2026-02-04T00:00:00Z,194400,10000,\
+2026-02-01T00:00:00Z,2026-02-04T00:00:00Z,up_seconds,,194400,,0.00,194400,108.00,108.00,\
+108.000000,108.000000
+
+section,rentals
+position,from,to,rate_per_gpu_hour,up_s,amount
+1,2026-02-01T00:00:00Z,2026-02-04T00:00:00Z,2.000000,194400,108.000000
+
+section,rate_cards
+position,from,to,hosting_fee_per_gpu_month,in_service_s,waives_operator_incidents,\
+waived_incident_s,period_s,energy_kwh,pue,price_per_kwh,management_fee_pct
+1,2026-02-01T00:00:00Z,2026-02-04T00:00:00Z,30.0000,259200,false,0,259200,36.600000,1.300,\
+0.200000,10.00
+
 section,payouts
 reference,paid_on,amount
 PAY-1,2026-02-02,20.00

@@ -1,0 +1,5 @@
+import sys
+
+from steward_verify.cli import main
+
+sys.exit(main())
