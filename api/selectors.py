@@ -16,14 +16,20 @@ from django.db import connection
 from billing.engine.intervals import Interval
 from billing.engine.money import half_even_div
 from billing.engine.usage import Measure, hour_of
-from billing.selectors.availability import as_decimal
+from billing.selectors.availability import (
+    as_decimal,
+    held_availability,
+    measure_sum,
+    shown_busy_gpu_hours,
+    shown_energy_kwh,
+)
 from billing.selectors.facts import GpuFacts, gpu_facts
 from billing.selectors.usage import cells_load
 from fleet.models import Gpu
 
-Step = Literal["hour", "day"]
+Step = Literal["hour", "day", "month"]
 HOUR = timedelta(hours=1)
-STEPS: dict[str, timedelta] = {"hour": HOUR, "day": timedelta(days=1)}
+STEPS: dict[str, timedelta] = {"hour": HOUR, "day": timedelta(days=1)}  # fixed widths
 
 
 @dataclass(frozen=True)
@@ -202,7 +208,7 @@ def series_parts(
     fast path is tested against (tests/api/test_series_fast_path.py)."""
     width = STEPS[step]
     start, end = start.astimezone(UTC), end.astimezone(UTC)
-    (fact,) = gpu_facts(gpu_ids=[gpu.pk], start=start, end=end)
+    (fact,) = gpu_facts(gpu_ids=[gpu.pk], start=start, end=end, placed_only=True)
     held = _held(fact, owner_ids)
     cuts = sorted(fact.boundaries() | {t for h in held for t in (h.start, h.end)})
     whole_hours = fast and start == hour_of(start) and width % HOUR == timedelta(0)
@@ -281,3 +287,55 @@ def series_parts(
             )
         )
     return parts
+
+
+def month_starts(*, start: datetime, end: datetime) -> list[datetime] | None:
+    """The first instants of the calendar months (UTC) from ``start`` up to ``end``, or None
+    when either is not the first second of a month."""
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    if start != _month_floor(start) or end != _month_floor(end):
+        return None
+    out: list[datetime] = []
+    at = start
+    while at < end:
+        out.append(at)
+        at = _month_floor(at + timedelta(days=32))
+    return out
+
+
+def _month_floor(at: datetime) -> datetime:
+    return at.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_points(
+    *, gpu: Gpu, owner_ids: Sequence[uuid.UUID], starts: Sequence[datetime], end: datetime
+) -> list[SeriesPoint]:
+    """Per calendar month, the figures over the seconds the caller's accounts held the GPU,
+    measured run by run by billing's own selector (``held_availability``): a closed month's
+    point equals the sum of the GPU's lines on the caller's statement for it (one owner)."""
+    held = held_availability(
+        gpu_ids=[gpu.pk], owner_ids=owner_ids, start=starts[0], end=end, cuts=starts
+    )[gpu.pk]
+    points = []
+    for a, b in zip(starts, [*starts[1:], end], strict=True):
+        pieces = held.pieces(Interval(a, b))
+        m = measure_sum(pieces)
+        held_s = held.held_seconds(Interval(a, b))
+        points.append(
+            SeriesPoint(
+                start=a,
+                end=b,
+                held_s=held_s,
+                in_service_s=m.in_service_s,
+                up_s=m.up_s,
+                down_s=m.down_s,
+                maintenance_s=m.maintenance_s,
+                no_data_s=m.no_data_s,
+                availability=as_decimal(m.availability),
+                utilization=as_decimal(m.utilization),
+                # As the lines show them, added up: each run's figure rounded first.
+                busy_gpu_hours=shown_busy_gpu_hours(pieces),
+                energy_kwh=shown_energy_kwh(pieces),
+            )
+        )
+    return points

@@ -115,7 +115,11 @@ class GpuFilterSerializer(serializers.Serializer[Any]):
 class SeriesQuerySerializer(serializers.Serializer[Any]):
     start = serializers.DateTimeField(help_text="Inclusive, aligned to the step, UTC.")
     end = serializers.DateTimeField(help_text="Exclusive.")
-    step = serializers.ChoiceField(choices=[("hour", "hour"), ("day", "day")], default="hour")
+    step = serializers.ChoiceField(
+        choices=[("hour", "hour"), ("day", "day"), ("month", "month")],
+        default="hour",
+        help_text="month: calendar months, start and end on the first second of one.",
+    )
 
 
 class SeriesPointSerializer(serializers.Serializer[Any]):

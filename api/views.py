@@ -36,7 +36,7 @@ from api.authentication import ApiKeyAuthentication
 from api.exceptions import problem_exception_handler
 from api.pagination import ApiCursorPagination, ApiOrderingFilter
 from api.permissions import AnyScope, FleetRead, StatementsRead, TelemetryRead
-from api.selectors import STEPS, series_parts
+from api.selectors import STEPS, month_points, month_starts, series_parts
 from api.serializers import (
     EventFilterSerializer,
     GpuFilterSerializer,
@@ -284,8 +284,9 @@ class GpuOwnership(ApiView, ListAPIView[Any]):
 
 
 class GpuSeries(ApiView):
-    """Availability, utilization, busy GPU-hours and energy per hour or day, counted over
-    the seconds your accounts held the GPU (docs/accounting.md rules 1–3)."""
+    """Availability, utilization, busy GPU-hours and energy per hour, day or calendar month,
+    counted over the seconds your accounts held the GPU (docs/accounting.md rules 1–3); a
+    closed month's point shows what the GPU's lines on your statement for it show."""
 
     serializer_class = SeriesSerializer
     permission_classes = (TelemetryRead,)
@@ -298,13 +299,24 @@ class GpuSeries(ApiView):
     def get(self, request: Request, pk: Any) -> Response:
         q = self.query()
         start, end, step = q["start"].astimezone(UTC), q["end"].astimezone(UTC), q["step"]
-        width = STEPS[step]
-        aligned = (start - datetime(2000, 1, 1, tzinfo=UTC)) % width
-        if aligned or (end - start) % width:
-            raise serializers.ValidationError({"start": f"Align start and end to a whole {step}."})
+        months = month_starts(start=start, end=end) if step == "month" else None
+        if step == "month":
+            if months is None:
+                raise serializers.ValidationError(
+                    {"start": "Align start and end to the first second of a month (UTC)."}
+                )
+            buckets = len(months)
+        else:
+            width = STEPS[step]
+            aligned = (start - datetime(2000, 1, 1, tzinfo=UTC)) % width
+            if aligned or (end - start) % width:
+                raise serializers.ValidationError(
+                    {"start": f"Align start and end to a whole {step}."}
+                )
+            buckets = int((end - start) / width)
         if end <= start:
             raise serializers.ValidationError({"end": "The range ends after it starts."})
-        if (end - start) / width > settings.API_SERIES_MAX_BUCKETS:
+        if buckets > settings.API_SERIES_MAX_BUCKETS:
             raise serializers.ValidationError(
                 {"end": f"At most {settings.API_SERIES_MAX_BUCKETS} {step}s per request."}
             )
@@ -312,7 +324,11 @@ class GpuSeries(ApiView):
             caller=self.caller, scope=ApiScope.TELEMETRY_READ, gpu_id=pk, bare=True
         )
         owner_ids = access.owner_ids_for_caller(caller=self.caller, scope=ApiScope.TELEMETRY_READ)
-        parts = series_parts(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
+        parts: Sequence[Any]
+        if months is not None:
+            parts = month_points(gpu=gpu, owner_ids=owner_ids, starts=months, end=end)
+        else:
+            parts = series_parts(gpu=gpu, owner_ids=owner_ids, start=start, end=end, step=step)
         head = {"gpu": str(gpu.pk), "step": step}
         return Response(_Spliced(head, "points", series_points_json(parts)))
 

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from accounts.models import User
 from billing.engine.intervals import Interval
+from billing.engine.usage import Measure
+from billing.selectors.availability import (
+    HeldUsage,
+    as_decimal,
+    held_availability,
+    measure_sum,
+    shown_energy_kwh,
+)
 from fleet.models import (
     Gpu,
     GpuModel,
@@ -23,17 +32,17 @@ from fleet.models import (
     Placement,
 )
 from fleet.selectors import gpus_with_whereabouts
-from portal import accounting
 from portal.access import (
     gpus_for_user,
     holdings_for_user,
     incidents_for_user,
     maintenance_for_user,
+    owner_ids_for_user,
 )
-from portal.accounting import HOUR, Figures, seconds_per_hour
-from telemetry.models import GpuState
+from telemetry.models import GpuState, HourlyRollup
 from telemetry.selectors import NO_TELEMETRY, StateNow, gpu_states_now
 
+HOUR = timedelta(hours=1)
 TIMELINE_DAYS = 30
 
 
@@ -107,6 +116,95 @@ def shares_now(*, user: User, ids: Sequence[Any], now: datetime) -> dict[Any, in
     return dict(shares)
 
 
+# ---- figures ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Seconds by state, utilization and energy over the seconds the user's accounts held a
+    GPU (or several, summed), measured by billing's own selectors
+    (``billing.selectors.availability.held_availability``): the figures a statement's lines
+    show for the same seconds, rounded as they are (ratios and kWh to 6 places)."""
+
+    measure: Measure = dataclasses.field(default_factory=lambda: measure_sum(()))
+    # Σ of each run's energy as its statement line shows it (kWh to 6 places).
+    energy_kwh: Decimal = Decimal("0.000000")
+
+    @classmethod
+    def of(cls, usages: Iterable[HeldUsage]) -> Figures:
+        listed = list(usages)
+        return cls(
+            measure_sum(u.total for u in listed),
+            shown_energy_kwh(r.measure for u in listed for r in u.runs),
+        )
+
+    @property
+    def in_service_s(self) -> int:
+        return self.measure.in_service_s
+
+    @property
+    def maintenance_s(self) -> int:
+        return self.measure.maintenance_s
+
+    @property
+    def down_s(self) -> int:
+        return self.measure.down_s
+
+    @property
+    def up_s(self) -> int:
+        return self.measure.up_s
+
+    @property
+    def no_data_s(self) -> int:
+        return self.measure.no_data_s
+
+    @property
+    def availability(self) -> Decimal | None:
+        """up ÷ (in-service − maintenance), 0–1, to 6 places; None when there is no such time."""
+        return as_decimal(self.measure.availability)
+
+    @property
+    def utilization(self) -> Decimal | None:
+        """Time-weighted mean utilization over up seconds, 0–1, to 6 places; None without up."""
+        return as_decimal(self.measure.utilization)
+
+
+def held_figures(
+    *, user: User, gpu_ids: Sequence[Any], window: Interval, cuts: Iterable[datetime] = ()
+) -> dict[Any, HeldUsage]:
+    """Each GPU's usage over ``window`` while the user's accounts held it (see ``Figures``)."""
+    if window.end <= window.start:  # the first second of a month: nothing counted yet
+        return {pk: HeldUsage(pk, [], measure_sum(()), None) for pk in gpu_ids}
+    owners = list(owner_ids_for_user(user=user).values_list("owner_id", flat=True))
+    return held_availability(
+        gpu_ids=list(gpu_ids), owner_ids=owners, start=window.start, end=window.end, cuts=cuts
+    )
+
+
+def gpu_ids_held_in(*, user: User, window: Interval) -> list[Any]:
+    """The GPUs the user's accounts held a share of at some second of ``window``."""
+    return list(
+        holdings_for_user(user=user)
+        .filter(valid_from__lt=window.end)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=window.start))
+        .values_list("gpu_id", flat=True)
+        .distinct()
+    )
+
+
+def seconds_per_hour(intervals: Iterable[Interval]) -> dict[datetime, int]:
+    """Seconds of intervals falling in each UTC hour they touch."""
+    out: dict[datetime, int] = defaultdict(int)
+    for interval in intervals:
+        cursor = interval.start
+        while cursor < interval.end:
+            hour = cursor.replace(minute=0, second=0, microsecond=0)
+            step = min(hour + HOUR, interval.end)
+            out[hour] += int((step - cursor).total_seconds())
+            cursor = step
+    return out
+
+
 # ---- fleet overview -------------------------------------------------------------------------
 
 
@@ -126,9 +224,8 @@ def fleet_overview(*, user: User, period: Period, now: datetime) -> Overview:
     lifecycle = Counter(gpu.lifecycle_state for gpu in held_now)
     states = telemetry_now(ids=[gpu.pk for gpu in held_now], now=now)
     telemetry = Counter(states.get(gpu.pk, NO_TELEMETRY).state for gpu in held_now)
-    in_period = list(gpus_for_user(user=user).only("pk"))
-    per_gpu = accounting.figures_for(user=user, gpus=in_period, window=period.interval)
-    total = sum(per_gpu.values(), Figures())
+    in_period = gpu_ids_held_in(user=user, window=period.interval)
+    total = Figures.of(held_figures(user=user, gpu_ids=in_period, window=period.interval).values())
     return Overview(
         period=period,
         gpus_held=len(held_now),
@@ -209,7 +306,7 @@ def gpu_rows(*, user: User, filters: GpuFilters, period: Period, now: datetime) 
     states = telemetry_now(ids=[g.pk for g in listed], now=now)
     if filters.telemetry:
         listed = [g for g in listed if states.get(g.pk, NO_TELEMETRY).state == filters.telemetry]
-    per_gpu = accounting.figures_for(user=user, gpus=listed, window=period.interval)
+    held = held_figures(user=user, gpu_ids=[g.pk for g in listed], window=period.interval)
     shares = shares_now(user=user, ids=[g.pk for g in listed], now=now)
     rows = [
         GpuRow(
@@ -220,7 +317,7 @@ def gpu_rows(*, user: User, filters: GpuFilters, period: Period, now: datetime) 
             telemetry=states.get(g.pk, NO_TELEMETRY).state,
             last_seen=states.get(g.pk, NO_TELEMETRY).last_seen,
             share_bps=shares.get(g.pk, 0),
-            figures=per_gpu[g.pk],
+            figures=Figures.of([held[g.pk]]),
         )
         for g in listed
     ]
@@ -305,38 +402,42 @@ def timeline_window(*, now: datetime, days: int = TIMELINE_DAYS) -> Interval:
 
 def gpu_detail(*, user: User, gpu: Gpu, now: datetime) -> GpuDetail:
     window = timeline_window(now=now)
-    inputs = accounting.load_inputs(user=user, gpus=[gpu], window=window)[gpu.pk]
-    partition = inputs.partition()
-    hourly = accounting.rollups(ids=[gpu.pk], window=window).get(gpu.pk, [])
-    state = telemetry_now(ids=[gpu.pk], now=now).get(gpu.pk, NO_TELEMETRY)
-    counted = seconds_per_hour(partition.in_service)
-    parts = {
-        name: seconds_per_hour(getattr(partition, name))
-        for name in ("maintenance", "down", "up", "no_data")
-    }
-    hours: list[HourState] = []
+    starts: list[datetime] = []
     cursor = window.start
     while cursor < window.end:
+        starts.append(cursor)
+        cursor += HOUR
+    held = held_figures(user=user, gpu_ids=[gpu.pk], window=window, cuts=starts)[gpu.pk]
+    state = telemetry_now(ids=[gpu.pk], now=now).get(gpu.pk, NO_TELEMETRY)
+    hours: list[HourState] = []
+    busy: dict[datetime, Decimal] = {}
+    for start in starts:
+        m = held.measure(Interval(start, min(start + HOUR, window.end)))
         hours.append(
             HourState(
-                hour=cursor,
-                held=counted.get(cursor, 0),
-                maintenance=parts["maintenance"].get(cursor, 0),
-                down=parts["down"].get(cursor, 0),
-                up=parts["up"].get(cursor, 0),
-                no_data=parts["no_data"].get(cursor, 0),
+                hour=start,
+                held=m.in_service_s,
+                maintenance=m.maintenance_s,
+                down=m.down_s,
+                up=m.up_s,
+                no_data=m.no_data_s,
             )
         )
-        cursor += HOUR
-    held_hours = set(seconds_per_hour(inputs.held))
-    metrics = [_metrics(r) for r in hourly if r.hour.astimezone(UTC) in held_hours]
+        busy[start] = m.busy_s
+    held_hours = set(seconds_per_hour(r.interval for r in held.runs))
+    up_s = {h.hour: h.up for h in hours}
+    metrics = []
+    for row in _hour_telemetry(gpu=gpu, window=window):
+        hour = row[0].astimezone(UTC)
+        if hour in held_hours:
+            metrics.append(_metrics(row, hour, busy.get(hour, Decimal(0)), up_s.get(hour, 0)))
     return GpuDetail(
         gpu=gpu,
         window=window,
-        figures=accounting.figures(partition=partition, hours=hourly),
+        figures=Figures.of([held]),
         hours=hours,
         metrics=metrics,
-        days=_days(hours, metrics),
+        days=_days(hours, metrics, busy),
         telemetry=state.state,
         telemetry_since=state.since,
         last_seen=state.last_seen,
@@ -344,20 +445,34 @@ def gpu_detail(*, user: User, gpu: Gpu, now: datetime) -> GpuDetail:
     )
 
 
-def _metrics(rollup: accounting.HourFigures) -> HourMetrics:
-    reporting = rollup.seconds_up + rollup.seconds_degraded
-    utilization = rollup.util_gpu_seconds / reporting if reporting else None
-    covered_h = Decimal(rollup.windows * 60) / 3600
-    power = rollup.energy_kwh * 1000 / covered_h if rollup.windows else None
-    return HourMetrics(
-        hour=rollup.hour.astimezone(UTC),
-        utilization=utilization,
-        power_w=power,
-        temp_max_c=rollup.temp_max_c,
+def _hour_telemetry(*, gpu: Gpu, window: Interval) -> list[tuple[datetime, int, Decimal, Any]]:
+    """Per hour of the window with telemetry: (hour, windows, energy kWh, maximum °C) from
+    the hourly rollups — the power and temperature charts (telemetry, not accounting)."""
+    return list(
+        HourlyRollup.objects.filter(gpu_id=gpu.pk, hour__gte=window.start, hour__lt=window.end)
+        .order_by("hour")
+        .values_list("hour", "windows", "energy_kwh", "temp_max_c")
     )
 
 
-def _days(hours: list[HourState], metrics: list[HourMetrics]) -> list[DaySummary]:
+def _metrics(
+    row: tuple[datetime, int, Decimal, Any], hour: datetime, busy_s: Decimal, up_s: int
+) -> HourMetrics:
+    """An hour's utilization as accounting counts it (busy ÷ up seconds, the user's held
+    seconds only); its mean power from the energy counter over the minutes reported."""
+    _, windows, energy_kwh, temp_max_c = row
+    covered_h = Decimal(windows * 60) / 3600
+    return HourMetrics(
+        hour=hour,
+        utilization=busy_s * 100 / up_s if up_s else None,
+        power_w=energy_kwh * 1000 / covered_h if windows else None,
+        temp_max_c=temp_max_c,
+    )
+
+
+def _days(
+    hours: list[HourState], metrics: list[HourMetrics], busy: dict[datetime, Decimal]
+) -> list[DaySummary]:
     by_day: dict[datetime, list[HourState]] = {}
     for hour in hours:
         by_day.setdefault(hour.hour.replace(hour=0), []).append(hour)
@@ -367,17 +482,19 @@ def _days(hours: list[HourState], metrics: list[HourMetrics]) -> list[DaySummary
     out = []
     for day, day_hours in by_day.items():
         ms = metrics_by_day.get(day, [])
-        utils = [m.utilization for m in ms if m.utilization is not None]
         powers = [m.power_w for m in ms if m.power_w is not None]
         temps = [m.temp_max_c for m in ms if m.temp_max_c is not None]
+        up = sum(h.up for h in day_hours)
+        day_busy = sum((busy.get(h.hour, Decimal(0)) for h in day_hours), Decimal(0))
         out.append(
             DaySummary(
                 day=day,
-                up_s=sum(h.up for h in day_hours),
+                up_s=up,
                 down_s=sum(h.down for h in day_hours),
                 maintenance_s=sum(h.maintenance for h in day_hours),
                 no_data_s=sum(h.no_data for h in day_hours),
-                utilization=sum(utils, Decimal(0)) / len(utils) if utils else None,
+                # Time-weighted over the day's up seconds, as accounting rule 3 has it.
+                utilization=day_busy * 100 / up if up else None,
                 power_w=sum(powers, Decimal(0)) / len(powers) if powers else None,
                 temp_max_c=max(temps) if temps else None,
             )

@@ -6,6 +6,12 @@ not yet published) — computed now by the statements' own code
 (``billing.services.computing.statements_compute``) for these owners only, up to now,
 writing nothing. There is no second formula: a preliminary figure for a whole period equals
 the draft statement the close would write from the same data.
+
+Revenue so far is what is known: rentals accrue as rate × up seconds so far, but a pool is
+one amount the operator enters for a cluster and period, usually after it ends. Until every
+cluster the owner's GPUs were in has its pool entered (``pool_pending``), the revenue is
+incomplete: the costs so far are real, yet gross − costs would set them against revenue
+that is partly missing, so such a figure carries no net (``net_shown`` is None).
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 
-from accounts.models import Disclosure
-from billing.models import Period, Statement, StatementLine
+from accounts.models import Disclosure, Owner
+from billing.engine.intervals import Interval, intersect
+from billing.models import Period, PoolRevenue, Statement, StatementLine
 from billing.services.computing import statements_compute
+from fleet.models import Ownership, Placement
 
 ZERO = Decimal("0.00")
 # The costs every net figure has had taken off, in the statements' order.
@@ -45,10 +53,22 @@ class Earnings:
     power_cost: Decimal
     management_fee: Decimal
     net: Decimal
+    # Preliminary only: a cluster the owner's GPUs were in has no pool revenue entered for
+    # the period yet, so gross holds rentals (and the pools entered) only.
+    pool_pending: bool = False
 
     @property
     def to_date(self) -> bool:
         return self.end < self.period_end
+
+    @property
+    def revenue_complete(self) -> bool:
+        return self.final or not self.pool_pending
+
+    @property
+    def net_shown(self) -> Decimal | None:
+        """The net, or None while revenue is incomplete (never costs against missing revenue)."""
+        return self.net if self.revenue_complete else None
 
 
 def _sum(lines: Sequence[dict[str, Any]], name: str) -> Decimal:
@@ -122,6 +142,11 @@ def owner_earnings(
         drafts = statements_compute(
             period=period, disclosure=disclosure, owner_ids=pending, until=until
         )
+        awaiting = pools_pending(
+            period=period,
+            owner_ids=[uuid.UUID(k) for k, _ in drafts],
+            window=Interval(period.start, until),
+        )
         for (owner_key, currency), draft in sorted(drafts.items()):
             if not draft.gpu_lines:
                 continue
@@ -141,6 +166,51 @@ def owner_earnings(
                     power_cost=_sum(lines, "power_cost"),
                     management_fee=_sum(lines, "management_fee"),
                     net=_sum(lines, "net"),
+                    pool_pending=(owner_key, currency) in awaiting,
                 )
             )
     return sorted(out, key=lambda e: (str(e.owner_id), e.currency))
+
+
+def pools_pending(
+    *, period: Period, owner_ids: Collection[uuid.UUID], window: Interval
+) -> set[tuple[str, str]]:
+    """(owner id, currency) of each owner with a GPU placed, while the owner held it within
+    ``window``, in a cluster that has no pool revenue entered for the period in the owner's
+    billing currency (an unsaved period has none)."""
+    if not owner_ids:
+        return set()
+    overlaps = Q(valid_from__lt=window.end) & (
+        Q(valid_to__isnull=True) | Q(valid_to__gt=window.start)
+    )
+    held: dict[uuid.UUID, list[tuple[uuid.UUID, Interval]]] = {}
+    for owner_id, gpu_id, valid_from, valid_to in (
+        Ownership.objects.filter(overlaps, owner_id__in=list(owner_ids))
+        .values_list("owner_id", "gpu_id", "valid_from", "valid_to")
+        .order_by()
+    ):
+        held.setdefault(gpu_id, []).append((owner_id, _span(valid_from, valid_to, window)))
+    placed = (
+        Placement.objects.filter(overlaps, gpu_id__in=list(held))
+        .values_list("gpu_id", "node__cluster_id", "valid_from", "valid_to")
+        .order_by()
+    )
+    currency = dict(
+        Owner.objects.filter(pk__in=list(owner_ids)).values_list("pk", "billing_currency")
+    )
+    entered = (
+        set(PoolRevenue.objects.filter(period_id=period.pk).values_list("cluster_id", "currency"))
+        if period.pk is not None
+        else set()
+    )
+    out: set[tuple[str, str]] = set()
+    for gpu_id, cluster_id, valid_from, valid_to in placed:
+        there = _span(valid_from, valid_to, window)
+        for owner_id, owned in held[gpu_id]:
+            if intersect([there], [owned]) and (cluster_id, currency[owner_id]) not in entered:
+                out.add((str(owner_id), currency[owner_id]))
+    return out
+
+
+def _span(start: datetime, end: datetime | None, window: Interval) -> Interval:
+    return Interval(max(start, window.start), min(end or window.end, window.end))

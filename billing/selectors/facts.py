@@ -50,6 +50,8 @@ class GpuFacts:
     operator_incidents: list[Interval] = field(default_factory=list)
     ownership: list[OwnershipSlice] = field(default_factory=list)  # owner key: str(owner id)
     rentals: list[tuple[str, Rental]] = field(default_factory=list)  # (currency, rental)
+    # Where it was placed within the range: (cluster id, interval), oldest first.
+    placements: list[tuple[uuid.UUID, Interval]] = field(default_factory=list)
     # Maintenance and incidents that touched the GPU, as frozen with its statements:
     # [kind, id, title, cause, starts_at, ends_at or None] (instants as ISO 8601 with Z).
     events: list[list[object]] = field(default_factory=list)
@@ -143,9 +145,11 @@ def gpu_facts(
     start: datetime,
     end: datetime,
     cluster_id: uuid.UUID | None = None,
+    placed_only: bool = False,
 ) -> list[GpuFacts]:
     """Facts for the given GPUs over ``[start, end)``; with ``cluster_id``, in-service time
-    only counts while the GPU was placed in that cluster."""
+    only counts while the GPU was placed in that cluster; with ``placed_only``, while it was
+    placed in any (as a close counts it: a GPU between placements is on no statement)."""
     window = Interval(start, end)
     params: dict[str, Any] = {"gpus": _uuids(gpu_ids), "start": start, "end": end}
     with connection.cursor() as cursor:
@@ -175,6 +179,8 @@ def gpu_facts(
         by_scope["site", site].append((gpu_id, placed))
         if cluster == cluster_id:
             in_cluster[gpu_id].append(placed)
+        for piece in intersect([placed], [window]):
+            facts[gpu_id].placements.append((cluster, piece))
 
     for gpu_id, grouped in itertools.groupby(transitions, key=lambda r: r[0]):
         listed = list(grouped)
@@ -185,6 +191,8 @@ def gpu_facts(
         ]
         if cluster_id is not None:
             service = intersect(service, in_cluster.get(gpu_id, []))
+        elif placed_only:
+            service = intersect(service, [p for _, p in facts[gpu_id].placements])
         facts[gpu_id].in_service = intersect(service, [window])
 
     def resolve(

@@ -27,13 +27,12 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 
 from accounts.models import AuditEntry, Membership, User
-from billing.engine.intervals import Interval
 from billing.models import Statement
 from billing.reports.report import period_name
+from billing.selectors.facts import gpu_facts
 from fleet.models import Gpu, Incident, LifecycleState, MaintenanceWindow, Ownership
 from portal import conf
 from portal.access import users_concerned
-from portal.accounting import GpuInputs, load_scoped
 from portal.mail import mail_send
 from portal.models import (
     GPU_DOWN_MINUTES_MAX,
@@ -370,9 +369,8 @@ def _about_statements(statements: list[Statement], *, now: datetime) -> list[Not
 
 def _in_maintenance(gpu: Gpu, now: datetime) -> bool:
     """Planned maintenance covers the GPU now: being down is expected, not news."""
-    inputs = {gpu.pk: GpuInputs()}
-    load_scoped(inputs, ids=[gpu.pk], window=Interval(now - timedelta(seconds=1), now))
-    return bool(inputs[gpu.pk].maintenance)
+    (facts,) = gpu_facts(gpu_ids=[gpu.pk], start=now - timedelta(seconds=1), end=now)
+    return bool(facts.maintenance)
 
 
 def _link(name: str, pk: Any) -> str:

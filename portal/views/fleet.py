@@ -98,6 +98,7 @@ def _figure_cards(figures: Any) -> list[tuple[str, str, str]]:
         ("Hours down", fmt_hours(figures.down_s), "telemetry down or an incident"),
         ("Hours in maintenance", fmt_hours(figures.maintenance_s), "planned"),
         ("Hours with no data", fmt_hours(figures.no_data_s), "agent silent; not the same as down"),
+        ("Energy", f"{fmt_decimal(figures.energy_kwh, 3)} kWh", "from the energy counter"),
     ]
 
 
@@ -156,6 +157,13 @@ def gpu_table(rows: Any, *, export_rows: Any = None, caption: str) -> Table:
                 "Hours no data",
                 lambda r: fmt_hours(r.figures.no_data_s),
                 numeric=True,
+            ),
+            Column(
+                "Energy (kWh)",
+                lambda r: r.figures.energy_kwh,
+                text=lambda r: fmt_decimal(r.figures.energy_kwh, 3),
+                numeric=True,
+                csv_label="energy_kwh",
             ),
         ],
         rows=rows,

@@ -77,17 +77,38 @@ class EarningsBlock:
         e = self.earnings
         if e is None:
             return []
-        return [
-            ("Gross", fmt_money(e.gross, e.currency), "your share of revenue, before costs"),
-            ("Hosting fee", fmt_money(e.hosting_fee, e.currency), "in-service time × share"),
-            ("Power cost", fmt_money(e.power_cost, e.currency), "energy × PUE × price"),
+        so_far = "" if self.final else " so far"
+        cards = [
             (
-                "Management fee",
+                f"Gross{so_far}",
+                fmt_money(e.gross, e.currency),
+                "your share of revenue, before costs"
+                if e.revenue_complete
+                else "your share of rentals (rate × up time so far) and of pools entered",
+            ),
+        ]
+        if not e.revenue_complete:
+            cards.append(
+                ("Pool revenue", "not yet known", "entered by the operator for the period")
+            )
+        cards += [
+            (
+                f"Hosting fee{so_far}",
+                fmt_money(e.hosting_fee, e.currency),
+                "in-service time × share",
+            ),
+            (f"Power cost{so_far}", fmt_money(e.power_cost, e.currency), "energy × PUE × price"),
+            (
+                f"Management fee{so_far}",
                 fmt_money(e.management_fee, e.currency),
                 "a percentage of gross",
             ),
-            ("Net", fmt_money(e.net, e.currency), "gross − the three costs"),
         ]
+        if e.net_shown is None:
+            cards.append(("Net", "not shown yet", "revenue is incomplete; costs are listed above"))
+        else:
+            cards.append(("Net", fmt_money(e.net_shown, e.currency), "gross − the three costs"))
+        return cards
 
     @property
     def basis(self) -> str:
@@ -103,6 +124,13 @@ class EarningsBlock:
                 "Preliminary: computed now, by the rules statements follow, from the data "
                 "received so far; it changes as data arrives and until the period's statement "
                 "is published."
+            )
+        if e is not None and not e.revenue_complete:
+            status += (
+                " Revenue is incomplete: gross so far counts rentals (rate × up seconds so "
+                "far, times your share) and any pool revenue already entered; a pool not "
+                "entered yet is not known and counts as nothing here. So no net is shown: the "
+                "hosting fee, power cost and management fee so far are costs, listed as such."
             )
         return f"{status} Period: {span}. {GROSS_NET} {NOT_GUARANTEED}"
 

@@ -14,6 +14,9 @@ from django.urls import reverse
 from accounts import services as accounts
 from accounts.models import Membership
 from billing.models import RateCard, Statement
+from billing.services.periods import period_for_month
+from billing.services.revenue import pool_add
+from fleet.models import Cluster
 from portal.wording import earnings_basis_check
 from tests.portal import money_world
 
@@ -41,23 +44,42 @@ def _acknowledged(client, user):
 
 
 def _figures(html: str, key_prefix: str) -> list[str]:
-    """The five values of the first earnings block whose id starts with key_prefix."""
+    """The values of the first earnings block whose id starts with key_prefix."""
     block = html[html.index(f'id="{key_prefix}') :]
     block = block[: block.index("</dl>")]
     return re.findall(r'<span class="value">([^<]+)</span>', block)
 
 
+def _labels(html: str, key_prefix: str) -> list[str]:
+    block = html[html.index(f'id="{key_prefix}') :]
+    block = block[: block.index("</dl>")]
+    return re.findall(r"<dt>([^<]+)</dt>", block)
+
+
 def test_the_overview_shows_preliminary_november_to_date_with_its_basis(client, alice, money):
+    """No pool is entered for November yet: gross so far is the rental alone, the pool is
+    not yet known, the costs so far are costs, and no net sets them against the rental."""
     page = _acknowledged(client, alice).get(reverse("portal:home"))
     assert page.status_code == 200
     html = page.content.decode()
     assert _figures(html, "earn-0-") == [
         "482.00 EUR",
+        "not yet known",
         "166.66 EUR",
         "101.64 EUR",
         "48.20 EUR",
-        "165.50 EUR",
+        "not shown yet",
     ]
+    assert _labels(html, "earn-0-") == [
+        "Gross so far",
+        "Pool revenue",
+        "Hosting fee so far",
+        "Power cost so far",
+        "Management fee so far",
+        "Net",
+    ]
+    assert "165.50 EUR" not in html and "−" not in "".join(_figures(html, "earn-0-"))
+    assert "Revenue is incomplete: gross so far counts rentals" in html
     assert '<span class="badge badge-preliminary">Preliminary</span>' in html
     assert (
         "Period: November 2026, from 2026-11-01 00:00 UTC to 2026-11-21 12:00 UTC "
@@ -66,15 +88,45 @@ def test_the_overview_shows_preliminary_november_to_date_with_its_basis(client, 
     assert "net is gross minus the hosting fee, power cost and management fee" in html
     assert "Results are not guaranteed" in html
     check = earnings_basis_check(html)
-    assert (check.figures, check.findings) == (5, [])
+    assert (check.figures, check.findings) == (4, [])
     # Nothing was written to show it.
     assert Statement.objects.count() == 3
+
+
+def test_once_every_pool_of_the_month_is_entered_the_preliminary_net_is_shown(
+    client, alice, oscar, money
+):
+    """The operator entered cluster A's November pool (nothing this month: 0.00 EUR), so the
+    revenue so far is known in full and the net so far is shown: 482.00 − 166.66 − 101.64 −
+    48.20 = 165.50."""
+    november = period_for_month(year=2026, month=11)
+    pool_add(
+        cluster=Cluster.objects.get(code="a"),
+        period=november,
+        amount=D("0.00"),
+        currency="EUR",
+        description="no pool revenue this month",
+        by=oscar,
+    )
+    html = _acknowledged(client, alice).get(reverse("portal:home")).content.decode()
+    assert _figures(html, "earn-0-") == [
+        "482.00 EUR",
+        "166.66 EUR",
+        "101.64 EUR",
+        "48.20 EUR",
+        "165.50 EUR",
+    ]
+    assert _labels(html, "earn-0-")[-1] == "Net"
+    assert "Revenue is incomplete" not in html
+    check = earnings_basis_check(html)
+    assert (check.figures, check.findings) == (5, [])
 
 
 def test_a_period_with_a_published_statement_shows_final_figures_and_links_it(client, alice, money):
     page = _acknowledged(client, alice).get(reverse("portal:home"), {"period": "2026-10"})
     html = page.content.decode()
-    # November (running) first, then October as published: 120 − 20 − 10 − 12 = 78.
+    # November (running, no pool entered: four figures, no net) first, then October as
+    # published: 120 − 20 − 10 − 12 = 78.
     assert _figures(html, "earn-1-") == [
         "120.00 EUR",
         "20.00 EUR",
@@ -86,7 +138,7 @@ def test_a_period_with_a_published_statement_shows_final_figures_and_links_it(cl
     assert "Final: the figures of the published statement. Period: October 2026" in html
     assert f'href="/statements/{money.alice_october.pk}/"' in html
     check = earnings_basis_check(html)
-    assert (check.figures, check.findings) == (10, [])
+    assert (check.figures, check.findings) == (9, [])
 
 
 def test_without_the_acknowledged_disclosure_the_overview_hides_earnings_only(client, alice, money):

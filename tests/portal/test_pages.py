@@ -14,7 +14,7 @@ from billing.engine.intervals import Interval
 from fleet.models import Gpu, GpuModel
 from fleet.services import ownership
 from portal import selectors
-from portal.accounting import Figures, seconds_per_hour
+from portal.selectors import seconds_per_hour
 from tests.portal.world import NOV, NOW, at
 
 pytestmark = pytest.mark.django_db
@@ -42,13 +42,14 @@ def test_overview_figures_follow_the_accounting_precedence(client, world, alice)
     """alice in November: A1 482 h up, 2 down, 6 no data, 2 maintenance; A2 26 h down
     (the open incident), 2 maintenance, 464 no data; X until Nov 10 (216 h, no data)."""
     overview = selectors.fleet_overview(user=alice, period=selectors.month_period(now=NOW), now=NOW)
-    assert overview.figures == Figures(
-        in_service_s=1200 * 3600,
-        maintenance_s=4 * 3600,
-        down_s=28 * 3600,
-        up_s=482 * 3600,
-        no_data_s=686 * 3600,
-        busy_s=Decimal(482 * 3600) / 2,
+    m = overview.figures.measure
+    assert (m.in_service_s, m.maintenance_s, m.down_s, m.up_s, m.no_data_s, m.busy_s) == (
+        1200 * 3600,
+        4 * 3600,
+        28 * 3600,
+        482 * 3600,
+        686 * 3600,
+        Decimal(482 * 3600) / 2,
     )
     client.force_login(alice)
     page = text(client.get("/"))
@@ -63,10 +64,11 @@ def test_overview_figures_follow_the_accounting_precedence(client, world, alice)
 def test_an_earlier_month_can_be_chosen(client, world, alice):
     client.force_login(alice)
     page = text(client.get("/?period=2026-10"))
-    # October: A1 up from Oct 1 (744 h), A2 and X silent all month.
+    # October: A1's telemetry begins on Oct 22 (its rollups), so it is up 240 h and no data
+    # before, whatever its Oct 1 transition says; A2 and X silent all month: 240 / 2,232 h.
     assert "October 2026 " in page and "month to date" not in page.split("Show")[1][:40]
-    assert "Hours up 744.0" in page
-    assert "Availability 33.33 %" in page
+    assert "Hours up 240.0" in page
+    assert "Availability 10.75 %" in page
 
 
 def test_gpu_list_filters_sorts_and_exports(client, world, alice, oscar):
@@ -91,6 +93,7 @@ def test_gpu_list_filters_sorts_and_exports(client, world, alice, oscar):
         "availability",
         "utilization",
         "hours_no_data",
+        "energy_kwh",
     ]
     assert rows[3] == [
         "A1",
@@ -105,6 +108,7 @@ def test_gpu_list_filters_sorts_and_exports(client, world, alice, oscar):
         "0.983673",
         "0.500000",
         "6.0",
+        "338.800000",  # 484 hours of rollups with 0.7 kWh (maintenance hours too)
     ]
     # X was sold: held now 0 bps, and its figures stop on Nov 10.
     assert rows[2][6:9] == ["no_data", "", "0"] and rows[2][11] == "216.0"
@@ -246,10 +250,8 @@ def test_csv_cells_cannot_smuggle_formulas(client, world, bob, oscar):
 
 def test_figures_query_count_does_not_grow_with_gpus(django_assert_max_num_queries, world, alice):
     gpus = list(Gpu.objects.all())
-    from portal import accounting
-
-    with django_assert_max_num_queries(9):
-        accounting.figures_for(user=alice, gpus=gpus, window=Interval(NOV, NOW))
+    with django_assert_max_num_queries(16):
+        selectors.held_figures(user=alice, gpu_ids=[g.pk for g in gpus], window=Interval(NOV, NOW))
 
 
 def test_the_notification_settings_are_per_user(client, world, alice, alice_owner):

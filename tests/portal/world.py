@@ -9,8 +9,9 @@ she sold it to bob; bob holds half of B1.
 A1 telemetry: up all November except down Nov 5 10:00–12:00 and silent Nov 8 00:00–06:00
 (no_data); hourly rollups say 50 % utilization, 0.7 kWh (700 W) and 65 °C in every up hour,
 and 3,600 s down (no utilization, no energy) in the two down hours. The telemetry covers up to
-now: the rollups end with the hour before it (no raw windows: the figures come from the
-transitions, each run ended where the rollups say its telemetry ended).
+now: the rollups (from Oct 22) end with the hour before it (no raw windows: the figures come
+from the rollups, as the statements read them; its state now from the transitions, each run
+ended where the rollups say its telemetry ended).
 A2, X and B1 send nothing. Maintenance on cluster a Nov 12 02:00–04:00 (A1 was up then).
 Incident on node fra1-b-n01 Nov 15 08:00–09:00 (bob's B1); an open incident on A2 since
 Nov 20 10:00.
