@@ -52,19 +52,6 @@ class SeriesPoint:
     energy_kwh: Decimal
 
 
-def _sum(measures: Sequence[Measure]) -> Measure:
-    return Measure(
-        in_service_s=sum(m.in_service_s for m in measures),
-        maintenance_s=sum(m.maintenance_s for m in measures),
-        down_s=sum(m.down_s for m in measures),
-        up_s=sum(m.up_s for m in measures),
-        no_data_s=sum(m.no_data_s for m in measures),
-        busy_s=sum((m.busy_s for m in measures), Decimal(0)),
-        energy_kwh=sum((m.energy_kwh for m in measures), Decimal(0)),
-        operator_incident_s=sum(m.operator_incident_s for m in measures),
-    )
-
-
 def _held(fact: GpuFacts, owner_ids: Sequence[uuid.UUID]) -> list[Interval]:
     """When any of ``owner_ids`` held a share of the GPU within the facts' range, merged:
     the facts' ownership slices that list one of them (a slice is cut wherever any share
@@ -269,24 +256,38 @@ def series_parts(
             parts.append(PlainBucket(bucket.start, bucket.end, *sums.get(key, _NO_SUMS)))
             continue
         held_s = sum(p.seconds for p in pieces)
-        m = _sum([usage.measure(p) for p in pieces] if usage is not None else [])
+        m = measure_sum([usage.measure(p) for p in pieces] if usage is not None else [])
         parts.append(
-            SeriesPoint(
-                start=bucket.start,
-                end=bucket.end,
-                held_s=held_s,
-                in_service_s=m.in_service_s,
-                up_s=m.up_s,
-                down_s=m.down_s,
-                maintenance_s=m.maintenance_s,
-                no_data_s=m.no_data_s,
-                availability=as_decimal(m.availability),
-                utilization=as_decimal(m.utilization),
+            _point(
+                bucket,
+                held_s,
+                m,
                 busy_gpu_hours=(m.busy_s / 3600).quantize(SIX),
                 energy_kwh=m.energy_kwh.quantize(SIX),
             )
         )
     return parts
+
+
+def _point(
+    bucket: Interval, held_s: int, m: Measure, *, busy_gpu_hours: Decimal, energy_kwh: Decimal
+) -> SeriesPoint:
+    """A series point from a measure of the bucket; busy hours and energy as the caller
+    rounds them (per bucket, or per statement line)."""
+    return SeriesPoint(
+        start=bucket.start,
+        end=bucket.end,
+        held_s=held_s,
+        in_service_s=m.in_service_s,
+        up_s=m.up_s,
+        down_s=m.down_s,
+        maintenance_s=m.maintenance_s,
+        no_data_s=m.no_data_s,
+        availability=as_decimal(m.availability),
+        utilization=as_decimal(m.utilization),
+        busy_gpu_hours=busy_gpu_hours,
+        energy_kwh=energy_kwh,
+    )
 
 
 def month_starts(*, start: datetime, end: datetime) -> list[datetime] | None:
@@ -322,17 +323,10 @@ def month_points(
         m = measure_sum(pieces)
         held_s = held.held_seconds(Interval(a, b))
         points.append(
-            SeriesPoint(
-                start=a,
-                end=b,
-                held_s=held_s,
-                in_service_s=m.in_service_s,
-                up_s=m.up_s,
-                down_s=m.down_s,
-                maintenance_s=m.maintenance_s,
-                no_data_s=m.no_data_s,
-                availability=as_decimal(m.availability),
-                utilization=as_decimal(m.utilization),
+            _point(
+                Interval(a, b),
+                held_s,
+                m,
                 # As the lines show them, added up: each run's figure rounded first.
                 busy_gpu_hours=shown_busy_gpu_hours(pieces),
                 energy_kwh=shown_energy_kwh(pieces),
