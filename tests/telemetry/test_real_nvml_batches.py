@@ -1,6 +1,7 @@
-"""Batches the agent sent from a real H100 and a real H200 (tests/agent/fixtures/h100, …/h200)
-go through the real path: signed POST → endpoint → worker's window path → derived pass, with
-nothing rejected."""
+"""Batches the agent sent from a real H100 and a real H200 (tests/agent/fixtures/h100, …/h200,
+and the schema-2 agent's batches of the H200 ground-truth run, …/h200-truth) go through the
+real path: signed POST → endpoint → worker's window path → derived pass, with nothing
+rejected."""
 
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ RUNS = (
         minutes=(16, 17, 18, 19, 20),
         temp_max_c=58,
     ),
+    Run(  # scripts/gpu_truth.py's run: known loads, 20 s of lead, 8 s after the last minute
+        "h200-truth",
+        "NVIDIA H200",
+        dt.datetime(2026, 11, 26, 14, tzinfo=dt.UTC),
+        minutes=(34, 35, 36, 37, 38, 39, 40),
+        temp_max_c=57,
+    ),
 )
 
 
@@ -85,7 +93,7 @@ def test_the_real_agent_s_batches_are_accepted_stored_and_rolled_up(run: Run) ->
     assert appeared.detail["identity"]["name"] == run.name
 
     rollup = HourlyRollup.objects.get(gpu_id=node.gpus[0].pk, hour=run.hour)
-    assert rollup.windows == 5
+    assert rollup.windows == len(run.minutes)
     assert (rollup.seconds_degraded, rollup.seconds_down) == (0, 0)
     assert rollup.temp_max_c == max(w["temp_c"]["max"] for w in windows) == run.temp_max_c
     assert (rollup.ecc_corrected, rollup.ecc_uncorrected, rollup.xid_events) == (0, 0, 0)
