@@ -24,7 +24,7 @@ from telemetry.models import (
     TelemetryWindow,
     UtilMethod,
 )
-from telemetry.services.derived import LOOKAROUND, WINDOW
+from telemetry.services.derived import WINDOW
 
 # The health view counts waiting marks up to this many (a catch-up can leave millions).
 DERIVED_COUNT_CAP = 100_000
@@ -223,14 +223,13 @@ def derived_pending(*, start: dt.datetime, end: dt.datetime) -> int:
     every window processed so far.
 
     A late window changes its own hour and, through counter deltas and the state before it,
-    the GPU's next window up to ``LOOKAROUND`` later: so marks from that far before ``start``
-    count too. Batches not yet processed are not marks yet: a statement close should also see
+    the GPU's next window up to ``LOOKAROUND`` later and its next energy reading however
+    much later: so every mark before ``end`` counts (marks are work in flight: few). Batches
+    not yet processed are not marks yet: a statement close should also see
     ``ingest_health(...).pending == 0`` (or accept the rows as of now, preliminary)."""
+    del start  # every earlier mark can reach the range (see above)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM telemetry_derivedwork WHERE hour > %s AND hour < %s",
-            [start - LOOKAROUND - dt.timedelta(hours=1), end],
-        )
+        cursor.execute("SELECT count(*) FROM telemetry_derivedwork WHERE hour < %s", [end])
         (count,) = cursor.fetchone() or (0,)
     return int(count)
 

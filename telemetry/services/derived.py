@@ -23,12 +23,14 @@ Races, and why none loses work:
   would otherwise each write transitions and rollups from their own snapshot, and the older
   one could land last.
 
-A window's counter deltas (energy, ECC) are taken against the GPU's previous window within
-``LOOKAROUND`` (2 days); a counter that went backwards was reset (driver reload), so the
-delta is the new value itself. The same bound limits how far a late window reaches: the next
-window within it is the only other one whose delta, hour and transition can change. Hence a
-marked run of hours is recomputed together with the first window after it (its transition,
-and its hour's rollup).
+A window's ECC deltas are taken against the GPU's previous window within ``LOOKAROUND``
+(2 days); its energy against the GPU's previous *reading* (the latest earlier window that
+carries an energy counter), however long before: a window without a reading, or a silence of
+any length, leaves the energy to the next reading rather than dropping it. A counter that went
+backwards was reset (driver reload), so the delta is the new value itself. A late window
+changes the next window's transition and ECC delta (within ``LOOKAROUND``) and the next
+reading's energy delta (at any distance). Hence a marked run of hours is recomputed together
+with the hour of the first window after it and the hour of the first reading after it.
 """
 
 from __future__ import annotations
@@ -168,23 +170,47 @@ ON CONFLICT (gpu_id, at) DO UPDATE
    SET state = EXCLUDED.state, reason = EXCLUDED.reason, recorded_at = EXCLUDED.recorded_at
 """  # noqa: S608 - constants only, no input
 
-# The marked hours, and the hour of the first window after each island (its energy and ECC
-# deltas are taken against a window the island may have changed).
+# The marked hours, the hour of the first window after each island (its ECC deltas are
+# taken against a window the island may have changed) and the hour of the first energy reading
+# after it, however far (its energy delta is taken against the island's last reading).
 _HOURS_FROM_CLAIM = """
 INSERT INTO telemetry_touched_hours (gpu_id, hour)
 SELECT gpu_id, hour FROM telemetry_claimed
 UNION
 SELECT gpu_id, date_trunc('hour', n, 'UTC') FROM telemetry_islands WHERE n IS NOT NULL
+UNION
+SELECT t.gpu_id, date_trunc('hour', r.window_start, 'UTC')
+  FROM telemetry_islands t
+ CROSS JOIN LATERAL (
+       SELECT w.window_start FROM telemetry_window w
+        WHERE w.gpu_id = t.gpu_id AND w.window_start >= t.hi AND w.energy_mj IS NOT NULL
+        ORDER BY w.window_start LIMIT 1) AS r
 """
 
 
-def _delta(column: str) -> str:
-    """Counter increase since the previous window; a counter that went backwards was reset."""
-    prev = f"(CASE WHEN w.rn = 1 THEN prev.{column} ELSE w.prev_{column} END)"
+def _delta(column: str, *, first: str = "w.rn = 1", before: str = "prev") -> str:
+    """Counter increase since the previous window (or reading); a counter that went backwards
+    was reset. ``first`` says when the previous one is ``before`` the hour."""
+    prev = f"(CASE WHEN {first} THEN {before}.{column} ELSE w.prev_{column} END)"
     return (
         f"(CASE WHEN w.{column} IS NULL OR {prev} IS NULL THEN 0 "
         f"WHEN w.{column} >= {prev} THEN w.{column} - {prev} ELSE w.{column} END)"
     )
+
+
+# A GPU's latest energy reading before an instant, however old (``{gpu}``, ``{before}``: SQL
+# of the GPU and the instant). Its latest window before the instant nearly always carries one:
+# one index probe. Otherwise the readings before that window are searched.
+def _reading_before(gpu: str, before: str) -> str:
+    return f"""
+        SELECT coalesce(last.energy_mj, (
+                   SELECT r.energy_mj FROM telemetry_window r
+                    WHERE r.gpu_id = {gpu} AND r.window_start < last.window_start
+                      AND r.energy_mj IS NOT NULL
+                    ORDER BY r.window_start DESC LIMIT 1)) AS energy_mj
+          FROM (SELECT pw.window_start, pw.energy_mj FROM telemetry_window pw
+                 WHERE pw.gpu_id = {gpu} AND pw.window_start < {before}
+                 ORDER BY pw.window_start DESC LIMIT 1) AS last"""  # noqa: S608 - constants only
 
 
 _ROLLUPS = f"""
@@ -198,7 +224,8 @@ SELECT h.gpu_id, h.hour,
        coalesce(sum(w.observed) FILTER (WHERE w.state = 'down'), 0),
        round(coalesce(sum(w.util_gpu_avg::numeric * w.observed)
                       FILTER (WHERE w.state IN ('up', 'degraded')), 0), 3),
-       round(coalesce(sum({_delta("energy_mj")}), 0)::numeric / {MJ_PER_KWH}, 9),
+       round(coalesce(sum({_delta("energy_mj", first="w.rn_reading = 1", before="reading")}),
+                      0)::numeric / {MJ_PER_KWH}, 9),
        max(w.temp_max_c),
        coalesce(sum({_delta("ecc_corrected")}), 0),
        coalesce(sum({_delta("ecc_uncorrected")}), 0),
@@ -208,22 +235,26 @@ SELECT h.gpu_id, h.hour,
        now()
   FROM telemetry_touched_hours h
   LEFT JOIN LATERAL (
-        SELECT pw.energy_mj, pw.ecc_corrected, pw.ecc_uncorrected FROM telemetry_window pw
+        SELECT pw.ecc_corrected, pw.ecc_uncorrected FROM telemetry_window pw
          WHERE pw.gpu_id = h.gpu_id AND pw.window_start < h.hour
            AND pw.window_start >= h.hour - %(around)s
          ORDER BY pw.window_start DESC LIMIT 1) AS prev ON true
+  LEFT JOIN LATERAL ({_reading_before("h.gpu_id", "h.hour")}) AS reading ON true
   LEFT JOIN LATERAL (
         SELECT x.window_start, x.state, x.util_gpu_avg, x.temp_max_c,
                x.observed_to - x.observed_from AS observed,
                x.energy_mj, x.ecc_corrected, x.ecc_uncorrected,
-               lag(x.energy_mj) OVER o AS prev_energy_mj,
+               lag(x.energy_mj) OVER readings AS prev_energy_mj,
+               row_number() OVER readings AS rn_reading,
                lag(x.ecc_corrected) OVER o AS prev_ecc_corrected,
                lag(x.ecc_uncorrected) OVER o AS prev_ecc_uncorrected,
                row_number() OVER o AS rn
           FROM telemetry_window x
          WHERE x.gpu_id = h.gpu_id AND x.window_start >= h.hour
            AND x.window_start < h.hour + interval '1 hour'
-        WINDOW o AS (ORDER BY x.window_start)) AS w ON true
+        WINDOW o AS (ORDER BY x.window_start),
+               readings AS (PARTITION BY x.energy_mj IS NULL ORDER BY x.window_start)) AS w
+        ON true
  GROUP BY h.gpu_id, h.hour
 ON CONFLICT (gpu_id, hour) DO UPDATE SET
     windows = EXCLUDED.windows, seconds_up = EXCLUDED.seconds_up,
