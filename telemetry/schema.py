@@ -7,6 +7,9 @@ begins) are the worker's to reject, per window.
 Unknown fields are ignored, so agents may add fields before the server reads them; that is
 also why a schema-1 body's ``observed_*``/``util_method`` keys are ignored: schema 1 does not
 define them.
+Before msgspec recurses into a body received, ``telemetry.jsonguard`` measures its nesting
+without recursion and refuses bytes that are not UTF-8; after, it refuses duplicate keys and
+text PostgreSQL cannot store, and the caps below apply (docs/agent.md 5.3).
 Structs are ``gc=False`` (they hold no cycles): the worker decodes millions of them, and the
 cyclic collector walking them would cost more than the decoding.
 
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import math
 import re
+import sys
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -26,7 +31,27 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
+from telemetry.jsonguard import (
+    Constant,
+    JsonRefused,
+    depth_check,
+    duplicate_key_check,
+    lenient,
+    stored_value_check,
+    text_check,
+    utf8_check,
+    walk,
+)
+
 SCHEMA_VERSIONS = (1, 2)
+# What one batch may hold (docs/agent.md 5.3): far above what an agent seals (a minute of a
+# node's GPUs live, 2,000 windows a batch when it backfills, every XID a tick can read), low
+# enough that a batch fits one chunk of the worker. Checked on receipt only: a batch stored
+# before the caps is processed as it was accepted.
+MAX_WINDOWS = 10_000
+MAX_EVENTS = 20_000
+# Characters of each key and text in an event's detail (the agent cuts messages at 500).
+MAX_DETAIL_TEXT = 1_000
 
 AwareDatetime = Annotated[dt.datetime, msgspec.Meta(tz=True)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
@@ -193,6 +218,7 @@ _PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _V2_KEYS = frozenset(WindowV2.__struct_fields__) - frozenset(Window.__struct_fields__)
 _MISSING = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
 _WINDOW = re.compile(r"^windows\[(?P<index>\d+)\]")
+_BYTE = re.compile(r"\(byte (\d+)\)")
 
 
 class BodyTooLarge(Exception):
@@ -225,19 +251,33 @@ def inflate(body: bytes, *, limit: int) -> bytes:
 def batch_decode(raw: bytes, *, checked: bool = False) -> Batch:
     """Decodes inflated JSON into a Batch, or raises SchemaError naming the field and window.
 
-    ``checked``: the body passed this function on receipt, so the checks beyond the typed
-    decode are skipped (the worker re-decodes every stored body).
+    On receipt the bytes are checked before the decoder recurses into them (nesting depth,
+    UTF-8), then after it (duplicate keys, text PostgreSQL cannot store, the caps, detail).
+    ``checked``: the body passed this function on receipt, so every check beyond the typed
+    decode is skipped (the worker re-decodes every stored body).
     """
+    if not checked:
+        try:
+            depth_check(raw)
+            utf8_check(raw)
+        except JsonRefused as exc:
+            raise _refused(exc, raw) from None
     try:
         batch = _decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise _schema_error(str(exc), raw) from None
     except msgspec.DecodeError as exc:
-        raise SchemaError(f"The body is not valid JSON: {exc}.") from None
+        raise _decode_error(str(exc), raw) from None
     if checked:
         return batch
-    if b"\\u0000" in raw:  # rare: only then is every string looked at
-        _nul_refuse(raw)
+    try:
+        duplicate_key_check(raw)
+    except JsonRefused as exc:
+        raise _refused(exc, raw) from None
+    found = text_check(raw)  # rare: only then is every string looked at
+    if found is not None:
+        raise _refused(JsonRefused(found[1], field=found[0]), raw)
+    _caps_check(batch)
     low, high = INSTANTS
     for index, window in enumerate(batch.windows):
         start = window.window_start
@@ -297,39 +337,55 @@ def gzip_json(document: Any) -> bytes:
     return gzip.compress(msgspec.json.encode(document), compresslevel=6, mtime=0)
 
 
-def _nul_refuse(raw: bytes) -> None:
-    """Raises SchemaError at the first string (or key) holding a NUL character: PostgreSQL's
-    text and jsonb cannot store one, so such a batch would be accepted here and then fail in
-    the worker as a whole. Found by the escape, the rare case; an escaped backslash before
-    ``u0000`` is not one, so the decoded strings decide."""
-    document = msgspec.json.decode(raw)
-    path = _nul_path(document, "")
-    if path is None:
-        return
-    raise SchemaError(
-        "Text must not contain the NUL character (\\u0000).",
-        field=path,
-        window=_window_at(path, document),
-    )
+def _caps_check(batch: Batch) -> None:
+    """Windows and events per batch, and what an event's detail holds: the detail is stored
+    as it came (jsonb), so its texts are bounded and its numbers fit every JSON reader."""
+    for name, cap in (("windows", MAX_WINDOWS), ("events", MAX_EVENTS)):
+        count = len(getattr(batch, name))
+        if count > cap:
+            raise SchemaError(
+                f"A batch holds at most {cap:,} {name}; this one has {count:,}: seal smaller "
+                "batches.",
+                field=name,
+            )
+    for index, event in enumerate(batch.events):
+        if event.detail:
+            try:
+                stored_value_check(
+                    event.detail, path=f"events[{index}].detail", max_text=MAX_DETAIL_TEXT
+                )
+            except JsonRefused as exc:
+                raise SchemaError(exc.detail, field=exc.field) from None
 
 
-def _nul_path(value: Any, path: str) -> str | None:
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            here = f"{path}.{key}" if path else key
-            if "\x00" in key:
-                return here
-            found = _nul_path(item, here)
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _nul_path(item, f"{path}[{index}]")
-            if found is not None:
-                return found
-    return None
+def _refused(exc: JsonRefused, raw: bytes) -> SchemaError:
+    """A JsonRefused as the endpoint answers it: with the window the field is in, if any."""
+    window = _window_at(exc.field, raw) if exc.field else None
+    return SchemaError(exc.detail, field=exc.field, window=window)
+
+
+def _decode_error(message: str, raw: bytes) -> SchemaError:
+    """Not JSON. Half a surrogate pair (which msgspec refuses as malformed), NaN and
+    ±Infinity (which Python's json writes for non-finite floats) are named with their field."""
+    try:
+        found = text_check(raw)
+    except ValueError:
+        found = None
+    if found is not None:
+        return _refused(JsonRefused(found[1], field=found[0]), raw)
+    where = _BYTE.search(message)
+    if where and raw[int(where.group(1)) :].lstrip(b"-")[:1] in (b"N", b"I"):
+        try:
+            document = lenient(raw)
+        except ValueError:
+            document = None
+        for path, value, _ in walk(document):
+            if isinstance(value, Constant):
+                return _refused(
+                    JsonRefused(f"{value} is not valid JSON: numbers must be finite.", path),
+                    raw,
+                )
+    return SchemaError(f"The body is not valid JSON: {message}.")
 
 
 def _window_ref(index: int, gpu_uuid: object, window_start: object) -> dict[str, Any]:
@@ -350,23 +406,38 @@ def _schema_error(message: str, raw: bytes) -> SchemaError:
     elif path == "schema" and detail.startswith("Invalid value"):
         versions = " or ".join(str(v) for v in SCHEMA_VERSIONS)
         detail = f"schema must be {versions}; {detail[len('Invalid value ') :]} is not one"
-    window = None
-    found = _WINDOW.match(path)
-    if found:
-        # Only on the error path: a lenient parse to say which GPU and minute it was.
-        try:
-            window = _window_at(path, msgspec.json.decode(raw))
-        except Exception:  # best effort for the error message: the index alone
-            window = _window_ref(int(found.group("index")), None, None)
-    return SchemaError(f"{detail}.", field=path, window=window)
+    elif "[...]" in path:  # msgspec does not name a key of a free-form object (a detail)
+        path = _number_out_of_range_at(path.split("[...]", 1)[0], raw) or path
+    return SchemaError(f"{detail}.", field=path, window=_window_at(path, raw))
 
 
-def _window_at(path: str, document: Any) -> dict[str, Any] | None:
+def _number_out_of_range_at(prefix: str, raw: bytes) -> str:
+    """The path of the first number under ``prefix`` that no float or int holds."""
+    try:
+        document = lenient(raw)
+    except ValueError:
+        return ""
+    for path, value, _ in walk(document):
+        if path.startswith(prefix) and isinstance(value, str) and value[:1] in "-0123456789":
+            if any(c in value for c in ".eE"):
+                if math.isinf(float(value)):
+                    return path
+            elif len(value.lstrip("-")) > sys.get_int_max_str_digits():
+                return path
+    return ""
+
+
+def _window_at(path: str, raw: bytes) -> dict[str, Any] | None:
     """The window a field path such as ``windows[3].state`` is in, named by its index, GPU
-    and minute as the (generically decoded) document gives them; None outside a window."""
+    and minute as a lenient parse of the body gives them; None outside a window. Only on the
+    error path, and best effort: the index alone where the body says no more."""
     found = _WINDOW.match(path)
     if not found:
         return None
     index = int(found.group("index"))
-    item = document["windows"][index]
-    return _window_ref(index, item.get("gpu_uuid"), item.get("window_start"))
+    try:
+        item = dict(dict(lenient(raw))["windows"][index])
+        gpu_uuid, window_start = item.get("gpu_uuid"), item.get("window_start")
+    except (ValueError, TypeError, KeyError, IndexError):
+        gpu_uuid = window_start = None
+    return _window_ref(index, gpu_uuid, window_start)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
+import logging
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from django.conf import settings
@@ -20,11 +22,21 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from telemetry.jsonguard import (
+    JsonRefused,
+    depth_check,
+    duplicate_key_check,
+    stored_value_check,
+    text_check,
+    utf8_check,
+)
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature, signature_matches
 from telemetry.schema import BodyTooLarge, SchemaError, batch_decode_gzip
 from telemetry.selectors import node_credential_current
-from telemetry.services.enrolment import EnrolmentRefused, node_enrol
+from telemetry.services.enrolment import EnrolmentRefused, bootstrap_token_check, node_enrol
 from telemetry.services.ingest import Outcome, batch_receive
+
+log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = "5"
 _STATUS = {
@@ -49,14 +61,33 @@ def _unauthorized(detail: str) -> JsonResponse:
     return problem(401, "unauthorized", detail)
 
 
+# Answers that refuse a signed batch for good: the agent dead-letters it, so the operator is
+# told too (a 401 is the request log line's; a 409 is retried).
+_REFUSED = frozenset({400, 413, 415, 422})
+
+
 @csrf_exempt
 @require_POST
 def batches_receive(request: HttpRequest) -> JsonResponse:
     """``POST /api/v1/telemetry/batches`` — see docs/telemetry.md for the contract."""
     try:
-        return _batches_receive(request)
+        response = _batches_receive(request)
     except (OperationalError, InterfaceError):
         return problem(503, "unavailable", "The database is unavailable; retry later.")
+    if response.status_code in _REFUSED:
+        answer = json.loads(response.content)
+        batch_id = request.headers.get("Idempotency-Key", "")[:64]
+        node_id = request.headers.get("X-Steward-Node", "")[:64]
+        log.warning(
+            "batch %s of node %s refused (%d %s): %s",
+            batch_id,
+            node_id,
+            response.status_code,
+            answer["error"],
+            answer["detail"][:500],
+            extra={"batch_id": batch_id, "node_id": node_id, "field": answer["field"][:200]},
+        )
+    return response
 
 
 def _batches_receive(request: HttpRequest) -> JsonResponse:
@@ -67,7 +98,12 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
         return problem(413, "too_large", f"The body must be at most {limit} bytes as sent.")
     try:
         node_id = uuid.UUID(request.headers.get("X-Steward-Node", ""))
-        timestamp = int(request.headers.get("X-Steward-Timestamp", ""))
+        signed_at = request.headers.get("X-Steward-Timestamp", "")
+        # ASCII digits, and few: int() also reads other scripts' digits, and an int of 400
+        # digits overflows the float it is compared with.
+        if not (signed_at.isascii() and signed_at.isdigit() and len(signed_at) <= 12):
+            raise ValueError(signed_at)
+        timestamp = int(signed_at)
     except ValueError:
         return _unauthorized(
             "X-Steward-Node (a UUID) and X-Steward-Timestamp (unix seconds) are required."
@@ -150,24 +186,80 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
     return JsonResponse(receipt.answer, status=_STATUS[receipt.outcome])
 
 
+ENROL_MAX_BODY_BYTES = 256 * 1024
+ENROL_MAX_GPUS = 256
+ENROL_MAX_TEXT = 200  # characters of each key and text in ``gpus``
+BootstrapTokenText = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class _EnrolToken(msgspec.Struct, frozen=True):
+    """Only the token: read first, so that no one without one reaches the rest."""
+
+    bootstrap_token: BootstrapTokenText
+
+
 class _EnrolRequest(msgspec.Struct, frozen=True):
-    bootstrap_token: str
-    hostname: str
-    gpus: list[dict[str, Any]] = []
-    agent_version: str | None = None
+    bootstrap_token: BootstrapTokenText
+    hostname: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    gpus: Annotated[list[dict[str, Any]], msgspec.Meta(max_length=ENROL_MAX_GPUS)] = []
+    agent_version: Annotated[str, msgspec.Meta(max_length=64)] | None = None
 
 
+_enrol_token_decoder = msgspec.json.Decoder(_EnrolToken)
 _enrol_decoder = msgspec.json.Decoder(_EnrolRequest)
 
 
 @csrf_exempt
 @require_POST
 def agents_enrol(request: HttpRequest) -> JsonResponse:
-    """``POST /api/v1/agents/enrol``: a one-time bootstrap token for a node key."""
-    if len(request.body) > 256 * 1024:
-        return problem(413, "too_large", "The enrolment request is too large.")
+    """``POST /api/v1/agents/enrol``: a one-time bootstrap token for a node key.
+
+    The token is checked before the request is decoded: until then the body is only measured
+    (size, nesting, without recursion) and its token read, every other value skipped."""
     try:
-        payload = _enrol_decoder.decode(request.body)
+        return _agents_enrol(request)
+    except (OperationalError, InterfaceError):
+        return problem(503, "unavailable", "The database is unavailable; retry later.")
+
+
+def _agents_enrol(request: HttpRequest) -> JsonResponse:
+    body = request.body
+    if len(body) > ENROL_MAX_BODY_BYTES:
+        return problem(
+            413, "too_large", f"The enrolment request must be at most {ENROL_MAX_BODY_BYTES} bytes."
+        )
+    try:
+        depth_check(body)
+    except JsonRefused as exc:
+        return problem(400, "bad_request", exc.detail)
+    try:
+        token = _enrol_token_decoder.decode(body).bootstrap_token
+    except msgspec.ValidationError as exc:
+        field = "bootstrap_token" if "bootstrap_token" in str(exc) else ""
+        return problem(422, "invalid_request", str(exc), field=field)
+    except msgspec.DecodeError as exc:
+        return problem(400, "bad_request", f"The body is not valid JSON: {exc}.")
+    except UnicodeDecodeError:
+        return problem(400, "bad_request", "bootstrap_token is not valid UTF-8.")
+    try:
+        if not token.isascii():  # tokens are URL-safe base64 (and the hash needs text)
+            raise EnrolmentRefused("The bootstrap token is unknown, used or expired.")
+        bootstrap_token_check(bootstrap_token=token)
+    except EnrolmentRefused as exc:
+        return problem(403, "enrolment_refused", str(exc))
+    try:
+        utf8_check(body)
+    except JsonRefused as exc:
+        return problem(400, "bad_request", exc.detail, field=exc.field)
+    try:
+        payload = _enrol_decoder.decode(body)
+        duplicate_key_check(body)
+        found = text_check(body)  # in any text or key, as a batch
+        if found is not None:
+            raise JsonRefused(found[1], field=found[0])
+        stored_value_check(payload.gpus, path="gpus", max_text=ENROL_MAX_TEXT)
+    except JsonRefused as exc:
+        return problem(422, "invalid_request", exc.detail, field=exc.field)
     except msgspec.ValidationError as exc:
         return problem(422, "invalid_request", str(exc))
     except msgspec.DecodeError as exc:
@@ -178,6 +270,4 @@ def agents_enrol(request: HttpRequest) -> JsonResponse:
         )
     except EnrolmentRefused as exc:
         return problem(403, "enrolment_refused", str(exc))
-    except (OperationalError, InterfaceError):
-        return problem(503, "unavailable", "The database is unavailable; retry later.")
     return JsonResponse({"node_id": enrolment.node_id, "node_key": enrolment.node_key}, status=201)

@@ -111,15 +111,19 @@ def _ingest_side_connection_closed(django_db_setup: None) -> Iterator[None]:
     side_connection_close()
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup: None) -> Iterator[Worker]:
-    """A real `celery worker` process on the real broker, using the test database.
-
-    Tests that use it need `transactional_db`, so what they write is committed and visible.
-    """
+def celery_worker_start(
+    queue: str,
+    *,
+    loglevel: str = "WARNING",
+    stdout: Any = None,
+    stderr: Any = None,
+    quiet: bool = False,
+) -> subprocess.Popen[bytes]:
+    """A real `celery worker` process (solo pool) on the real broker and the test database,
+    taking ``queue``, once it answers a ping. ``stdout``/``stderr``: where its output goes
+    (inherited unless given, e.g. an open file); ``quiet`` leaves out its start-up banner."""
     from config.celery import ping
 
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
@@ -134,6 +138,7 @@ def celery_worker(django_db_setup: None) -> Iterator[Worker]:
             "celery",
             "-A",
             "config",
+            *(["--quiet"] if quiet else []),
             "worker",
             "--pool=solo",
             f"--queues={queue}",
@@ -141,10 +146,12 @@ def celery_worker(django_db_setup: None) -> Iterator[Worker]:
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
-            "--loglevel=WARNING",
+            f"--loglevel={loglevel}",
         ],
         cwd=ROOT,
         env=env,
+        stdout=stdout,
+        stderr=stderr,
     )
     try:
         deadline = time.monotonic() + 60
@@ -153,20 +160,39 @@ def celery_worker(django_db_setup: None) -> Iterator[Worker]:
                 raise RuntimeError(f"celery worker exited with {process.returncode}")
             try:
                 ping.apply_async(queue=queue, ignore_result=False).get(timeout=5)
-                break
+                return process
             except Exception:
                 if time.monotonic() > deadline:
                     raise
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+
+
+def celery_worker_stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup: None) -> Iterator[Worker]:
+    """A real `celery worker` process on the real broker, using the test database.
+
+    Tests that use it need `transactional_db`, so what they write is committed and visible.
+    """
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    process = celery_worker_start(queue)
+    try:
         _session_worker.append(Worker(queue=queue, process=process))
         yield _session_worker[0]
     finally:
         _session_worker.clear()
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        celery_worker_stop(process)
 
 
 # The session's Celery worker once started: it takes every task queued on the test queue,

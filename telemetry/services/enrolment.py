@@ -51,6 +51,19 @@ class EnrolmentRefused(Exception):
     pass
 
 
+def bootstrap_token_check(*, bootstrap_token: str) -> None:
+    """Raises EnrolmentRefused unless the token could enrol now. The enrol endpoint asks
+    before it decodes the rest of the request, so that no one without a token reaches that
+    decoder; ``node_enrol`` checks again under a lock, and spends the token."""
+    usable = BootstrapToken.objects.filter(
+        token_sha256=_token_sha256(bootstrap_token),
+        used_at__isnull=True,
+        expires_at__gt=timezone.now(),
+    ).exists()
+    if not usable:
+        raise EnrolmentRefused("The bootstrap token is unknown, used or expired.")
+
+
 @transaction.atomic
 def node_enrol(*, bootstrap_token: str, hostname: str, gpus: list[dict[str, Any]]) -> Enrolment:
     """Spends the token (once) and issues the node a key of a new generation."""

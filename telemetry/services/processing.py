@@ -68,7 +68,9 @@ COPY_STAGE = (
     f"COPY telemetry_window_replay ({', '.join(WINDOW_COLUMNS)}, ord) FROM STDIN (FORMAT BINARY)"
 )
 # What a window says (all but its keys and the batch that brought it): a second copy of a
-# stored (GPU, minute) that says anything else is a conflict, not a replay.
+# stored (GPU, minute) that says anything else is a conflict, not a replay. Only what is stored
+# is compared: docs/telemetry.md names the contract's fields that are neither stored nor
+# compared (tests/telemetry/test_conflict_fields.py keeps the two lists in step).
 _WINDOW_CONTENT = [c for c in WINDOW_COLUMNS if c not in ("gpu_id", "window_start", "batch_id")]
 
 
