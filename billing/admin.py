@@ -5,15 +5,17 @@ Nothing published, and no ledger row, is ever edited or deleted here."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from accounts.admin_site import DashboardPanel, UtcColumns, dashboard_panel_register
 from accounts.models import User
 from billing.models import (
     Adjustment,
@@ -25,8 +27,10 @@ from billing.models import (
     Statement,
     StatementLine,
 )
+from billing.selectors.pending import telemetry_pending
 from billing.services import closing, ledger, periods, publishing, reconciliation, revenue
 from fleet.models import Gpu
+from fleet.models.ownership import share_percent
 
 
 def _user(request: HttpRequest) -> User:
@@ -85,7 +89,7 @@ class ServiceForm(forms.ModelForm):  # type: ignore[type-arg]
         return data
 
 
-class AddOnlyAdmin[M: Any](admin.ModelAdmin[M]):
+class AddOnlyAdmin[M: Any](UtcColumns[M]):
     """Rows entered through a service form; never changed or deleted afterwards."""
 
     show_full_result_count = False
@@ -123,16 +127,53 @@ class PeriodForm(forms.ModelForm):  # type: ignore[type-arg]
         fields: list[str] = []
 
 
+# What a period's page offers to do next, by its status: (action, button label).
+PERIOD_NEXT: dict[str, list[tuple[str, str]]] = {
+    Period.Status.OPEN: [("close", "Close: compute the draft statements")],
+    Period.Status.CLOSING: [
+        ("recompute", "Recompute the draft statements"),
+        ("finish", "Finish closing (all statements published)"),
+    ],
+    Period.Status.CLOSED: [("reconcile", "Reconcile (differences → adjustments)")],
+}
+
+
 @admin.register(Period)
-class PeriodAdmin(admin.ModelAdmin[Period]):
+class PeriodAdmin(UtcColumns[Period]):
     form = PeriodForm
     list_display = ("__str__", "start", "end", "status", "closing_started_at", "closed_at")
     list_filter = ("status",)
     actions = ("close", "recompute", "finish", "reconcile")
+    # A period's page shows what it is; the year and month are only asked when adding one.
+    shown = ("start", "end", "status", "closing_started_at", "closed_at", "created_at")
 
     def has_close_permission(self, request: HttpRequest) -> bool:
         """Read-only operators see periods; only these may close them."""
         return request.user.has_perm("billing.close_period")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ("year", "month") if obj is None else self.shown
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else self.shown
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        """The period's page offers the close steps its status allows, as buttons that run
+        the same actions as the list (for operators who may close periods)."""
+        period = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if period is not None:
+            context["period_next"] = (
+                PERIOD_NEXT.get(period.status, []) if self.has_close_permission(request) else []
+            )
+            context["period_statements"] = _statement_counts(period)
+        return super().change_view(request, object_id, form_url, context)
 
     def save_model(self, request: HttpRequest, obj: Period, form: Any, change: bool) -> None:
         made = periods.period_for_month(
@@ -192,7 +233,7 @@ class StatementLineInline(admin.TabularInline[StatementLine, Statement]):
         "description",
         "starts_at",
         "ends_at",
-        "share_bps",
+        "share",
         "up_s",
         "down_s",
         "maintenance_s",
@@ -211,9 +252,13 @@ class StatementLineInline(admin.TabularInline[StatementLine, Statement]):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    @admin.display(description="share")
+    def share(self, line: StatementLine) -> str:
+        return "—" if line.share_bps is None else share_percent(line.share_bps)
+
 
 @admin.register(Statement)
-class StatementAdmin(admin.ModelAdmin[Statement]):
+class StatementAdmin(UtcColumns[Statement]):
     list_display = (
         "owner",
         "period",
@@ -305,6 +350,7 @@ class RateCardAdmin(AddOnlyAdmin[RateCard]):
         "pue",
         "management_fee_pct",
     )
+    list_select_related = ("cluster__site",)
     list_filter = ("currency",)
     actions = ("end_card",)
 
@@ -375,6 +421,7 @@ class RentalAdmin(AddOnlyAdmin[Rental]):
         "currency",
         "customer_reference",
     )
+    list_select_related = ("cluster__site",)
 
 
 class PoolForm(ServiceForm):
@@ -390,6 +437,7 @@ class PoolForm(ServiceForm):
 class PoolRevenueAdmin(AddOnlyAdmin[PoolRevenue]):
     form = PoolForm
     list_display = ("cluster", "period", "amount", "currency", "description")
+    list_select_related = ("cluster__site", "period")
 
 
 class PayoutForm(ServiceForm):
@@ -431,5 +479,58 @@ class AdjustmentAdmin(AddOnlyAdmin[Adjustment]):
         "created_at",
     )
     list_filter = ("source", "currency")
-    list_select_related = ("owner", "period")
+    list_select_related = (
+        "owner",
+        "period",
+        "corrects_statement__owner",
+        "corrects_statement__period",
+    )
     raw_id_fields = ("owner",)
+
+
+# ---- the front page: where the close stands ---------------------------------------------------
+
+
+def _statement_counts(period: Period) -> list[tuple[str, int]]:
+    """Statements of a period by status, every status listed (label, count)."""
+    counts = dict(
+        Statement.objects.filter(period=period)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"))
+    )
+    return [(str(label), int(counts.get(value, 0))) for value, label in Statement.Status.choices]
+
+
+def billing_panel(*, now: datetime) -> dict[str, Any]:
+    """The period running now, and the period whose close comes first: the oldest that has
+    ended and is not closed (closing, or still open), with its statements and whether its
+    telemetry is complete (what closing checks first)."""
+    running = Period.objects.filter(start__lte=now, end__gt=now).first()
+    due = (
+        Period.objects.filter(end__lte=now)
+        .exclude(status=Period.Status.CLOSED)
+        .order_by("start")
+        .first()
+    )
+    last_closed = Period.objects.filter(status=Period.Status.CLOSED).order_by("-start").first()
+    return {
+        "billing": {
+            "running": running,
+            "due": due,
+            "due_statements": _statement_counts(due) if due else [],
+            "due_telemetry": telemetry_pending(start=due.start, end=due.end) if due else None,
+            "last_closed": last_closed,
+        }
+    }
+
+
+dashboard_panel_register(
+    DashboardPanel(
+        key="billing",
+        order=30,
+        template="admin/billing/dashboard_panel.html",
+        permission="billing.view_period",
+        context=billing_panel,
+    )
+)

@@ -8,13 +8,18 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import (
     CharField,
+    Count,
+    DecimalField,
     Exists,
+    ExpressionWrapper,
+    Func,
     IntegerField,
     OuterRef,
     Q,
@@ -30,6 +35,7 @@ from fleet.models import (
     Cluster,
     Gpu,
     Incident,
+    IncidentDraft,
     LifecycleState,
     LifecycleTransition,
     MaintenanceWindow,
@@ -269,11 +275,30 @@ def gpu_history(*, gpu: Gpu, audit_limit: int = 200) -> GpuHistory:
     )
 
 
-def gpus_with_whereabouts(*, at: datetime) -> QuerySet[Gpu]:
+def _share_text(percent: bool) -> Any:
+    """A holding's share in SQL: basis points (``2500``, as the CSV export writes them) or as
+    operators read it (``25 %``, ``33.33 %``: what ``share_percent`` writes)."""
+    if not percent:
+        return Cast("share_bps", CharField())
+    fixed = Func(
+        ExpressionWrapper(
+            Cast("share_bps", DecimalField(max_digits=7, decimal_places=2)) / Value(Decimal(100)),
+            output_field=DecimalField(),
+        ),
+        Value("FM99990.00"),
+        function="to_char",
+        output_field=CharField(),
+    )
+    trimmed = Func(Func(fixed, Value("0"), function="rtrim"), Value("."), function="rtrim")
+    return Concat(trimmed, Value(" %"), output_field=CharField())
+
+
+def gpus_with_whereabouts(*, at: datetime, percent: bool = False) -> QuerySet[Gpu]:
     """GPUs with where they are and who holds them at ``at``, in one query.
 
     Annotates ``site_code``, ``cluster_code``, ``hostname``, ``slot`` (null when not placed)
-    and ``owners`` ("Legal name: bps; …", null when wholly the operator's).
+    and ``owners`` ("Legal name: bps; …", or with ``percent`` "Legal name: 25 %; …"; null
+    when wholly the operator's).
     """
     here = Placement.objects.filter(_live_at(at), gpu=OuterRef("pk"))
     holders = (
@@ -285,7 +310,7 @@ def gpus_with_whereabouts(*, at: datetime) -> QuerySet[Gpu]:
                 Concat(
                     "owner__legal_name",
                     Value(": "),
-                    Cast("share_bps", CharField()),
+                    _share_text(percent),
                     output_field=CharField(),
                 ),
                 delimiter=Value("; "),
@@ -331,3 +356,52 @@ def inventory_export_rows(*, at: datetime, chunk_size: int = 2000) -> Iterator[l
             "" if gpu.slot is None else str(gpu.slot),  # type: ignore[attr-defined]
             gpu.owners or "",  # type: ignore[attr-defined]
         ]
+
+
+def gpus_by_lifecycle() -> list[tuple[str, str, int]]:
+    """GPUs per lifecycle state, every state listed in lifecycle order (state, label, count):
+    one GROUP BY on the state's index."""
+    counts = dict(Gpu.objects.order_by().values_list("lifecycle_state").annotate(n=Count("pk")))
+    return [
+        (value, str(label), int(counts.get(value, 0))) for value, label in LifecycleState.choices
+    ]
+
+
+@dataclass(frozen=True)
+class OpenIncidents:
+    """What the console's front page shows of incidents."""
+
+    incidents: list[Incident]  # the newest open ones, at most ``limit``
+    incident_count: int
+    drafts: list[IncidentDraft]  # drafts awaiting confirmation, newest first
+    draft_count: int
+
+
+def incidents_open(*, limit: int = 10) -> OpenIncidents:
+    """Open incidents, and the draft incidents the telemetry opened that no operator has
+    confirmed or dismissed yet.
+
+    Drafts live apart from incidents (``IncidentDraft``): every read of incidents, billing's
+    included, sees confirmed incidents only.
+    """
+    incidents = Incident.objects.filter(ended_at__isnull=True)
+    drafts = IncidentDraft.objects.filter(status=IncidentDraft.Status.OPEN)
+    return OpenIncidents(
+        incidents=list(
+            incidents.select_related("site", "cluster", "node", "gpu").order_by(
+                "-started_at", "-pk"
+            )[:limit]
+        ),
+        incident_count=incidents.count(),
+        drafts=list(drafts.select_related("gpu").order_by("-started_at", "-pk")[:limit]),
+        draft_count=drafts.count(),
+    )
+
+
+def gpu_ids_in_service() -> list[Any]:
+    """The GPUs in service now (their lifecycle state), for reads about the running fleet."""
+    return list(
+        Gpu.objects.filter(lifecycle_state=LifecycleState.IN_SERVICE)
+        .order_by()
+        .values_list("pk", flat=True)
+    )

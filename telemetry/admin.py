@@ -1,4 +1,6 @@
-"""Operator console for telemetry: big-table changelists without COUNT(*), and ingest health."""
+"""Operator console for telemetry: big-table changelists without a full COUNT(*), ingest
+health, the telemetry's panel of the front page, and what the telemetry says on the GPU pages.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -15,10 +18,15 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.functional import cached_property
 
+from accounts.admin_site import DashboardPanel, UtcColumns, dashboard_panel_register, utc
+from fleet.admin.gpus import GpuAdmin
+from fleet.models import Gpu, IncidentDraft
+from fleet.selectors import gpu_ids_in_service
 from telemetry import selectors
 from telemetry.models import (
     BatchStatus,
     BootstrapToken,
+    GpuState,
     GpuStateTransition,
     HourlyRollup,
     IngestBatch,
@@ -27,19 +35,56 @@ from telemetry.models import (
     RejectedRecord,
     TelemetryEvent,
 )
-from telemetry.selectors import node_windows, nodes_coverage
+from telemetry.selectors import (
+    NO_TELEMETRY,
+    StateNow,
+    gpu_states_now,
+    node_windows,
+    nodes_coverage,
+)
 from telemetry.services.enrolment import bootstrap_token_issue, node_key_revoke
 
 # How far back the console looks for a node's utilization methods and observed coverage.
 RECENT = dt.timedelta(hours=1)
 
 
-class NoCountPaginator(Paginator[Any]):
-    """Telemetry tables are huge: never COUNT(*) them to draw page links."""
+# Filtered telemetry lists are counted exactly up to this many rows, and said to hold "more
+# than" it beyond: an exact count of a big filtered list costs as much as reading it.
+COUNT_CAP = 10_000
+
+
+class HonestCountPaginator(Paginator[Any]):
+    """Telemetry tables are huge: never COUNT(*) them whole to draw page links.
+
+    An unfiltered list is counted from the planner's estimate (``about``); a filtered one
+    exactly up to ``COUNT_CAP`` rows (``exact``), else as ``more than`` the cap. The list's
+    pagination template says which (``admin/telemetry/pagination.html``).
+    """
+
+    count_kind = "exact"
 
     @cached_property
     def count(self) -> int:
-        return 10**9
+        queryset = self.object_list
+        if isinstance(queryset, QuerySet) and not queryset.query.where:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [queryset.model._meta.db_table],
+                )
+                row = cursor.fetchone()
+            estimate = int(row[0]) if row else -1
+            if estimate > COUNT_CAP:
+                self.count_kind = "about"
+                return estimate
+        if isinstance(queryset, QuerySet):
+            counted = queryset.order_by()[: COUNT_CAP + 1].count()
+        else:
+            counted = len(queryset)
+        if counted > COUNT_CAP:
+            self.count_kind = "more_than"
+            return COUNT_CAP
+        return counted
 
 
 class BatchStatusFilter(admin.SimpleListFilter):
@@ -58,8 +103,11 @@ class BatchStatusFilter(admin.SimpleListFilter):
         return queryset
 
 
-class BigTableAdmin[M: Any](admin.ModelAdmin[M]):
-    paginator = NoCountPaginator
+class BigTableAdmin[M: Any](UtcColumns[M]):
+    """Raw and derived telemetry: read here, never added, edited or deleted (ingest writes it,
+    retention removes it)."""
+
+    paginator = HonestCountPaginator
     show_full_result_count = False
     list_per_page = 50
 
@@ -67,6 +115,9 @@ class BigTableAdmin[M: Any](admin.ModelAdmin[M]):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -229,3 +280,104 @@ class BootstrapTokenAdmin(admin.ModelAdmin[BootstrapToken]):
             f"Bootstrap token for {obj.node.hostname} (shown once): {token}",
             messages.WARNING,
         )
+
+
+# ---- the GPU pages, with what the telemetry says ----------------------------------------------
+
+
+def telemetry_now_label(state: StateNow) -> str:
+    """``Up since 2026-03-01 09:00 UTC`` / ``No data since …`` / ``No telemetry yet``."""
+    if state.since is None and state.last_seen is None:
+        return "No telemetry yet"
+    label = GpuState(state.state).label if state.state in GpuState.values else state.state
+    since = state.since or state.last_seen
+    return f"{label} since {utc(since, seconds=False)}"
+
+
+class GpuWithTelemetryAdmin(GpuAdmin):
+    """The fleet's GPU pages with the telemetry's state now and recent events. Registered from
+    here because the fleet cannot read telemetry (the layers run fleet <- telemetry)."""
+
+    list_display = (  # type: ignore[assignment]
+        "serial",
+        "nvml_uuid",
+        "model",
+        "lifecycle_state",
+        "telemetry_now",
+        "where",
+        "owners",
+    )
+    change_form_template = "admin/telemetry/gpu_change_form.html"
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        gpus = list(changelist.result_list)  # evaluated once; the page renders these rows
+        states = gpu_states_now(gpu_ids=[g.pk for g in gpus], now=timezone.now())
+        for gpu in gpus:
+            gpu.telemetry_state = states.get(gpu.pk, NO_TELEMETRY)
+        return changelist
+
+    @admin.display(description="telemetry (now)")
+    def telemetry_now(self, gpu: Gpu) -> str:
+        state = getattr(gpu, "telemetry_state", None)
+        return "—" if state is None else telemetry_now_label(state)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        gpu = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if gpu is not None:
+            state = gpu_states_now(gpu_ids=[gpu.pk], now=timezone.now()).get(gpu.pk, NO_TELEMETRY)
+            context["telemetry_state"] = state
+            context["telemetry_label"] = telemetry_now_label(state)
+            context["telemetry_events"] = list(
+                TelemetryEvent.objects.filter(gpu=gpu).order_by("-occurred_at", "-pk")[:20]
+            )
+            context["incident_drafts"] = list(
+                IncidentDraft.objects.filter(gpu=gpu).order_by("-started_at", "-pk")[:10]
+            )
+        return super().change_view(request, object_id, form_url, context)
+
+
+admin.site.unregister(Gpu)
+admin.site.register(Gpu, GpuWithTelemetryAdmin)
+
+
+# ---- the front page ---------------------------------------------------------------------------
+
+
+def telemetry_panel(*, now: dt.datetime) -> dict[str, Any]:
+    """GPUs in service by what the telemetry says now, stale nodes, ingest lag and backlog,
+    rejected records of the last day."""
+    health = selectors.ingest_health(now=now, nodes=10, rejections=0)
+    in_service = gpu_ids_in_service()
+    states = gpu_states_now(gpu_ids=in_service, now=now)
+    counts = dict.fromkeys(GpuState.values, 0)
+    for state in states.values():
+        counts[state.state] = counts.get(state.state, 0) + 1
+    by_state = [(value, str(label), counts[value]) for value, label in GpuState.choices]
+    return {
+        "telemetry": {
+            "health": health,
+            "by_state": by_state,
+            "in_service": len(in_service),
+            "never_reported": len(in_service) - len(states),
+            "rejected_day": sum(n for _, n in health.rejections_by_reason),
+        }
+    }
+
+
+dashboard_panel_register(
+    DashboardPanel(
+        key="telemetry",
+        order=20,
+        template="admin/telemetry/dashboard_panel.html",
+        permission="telemetry.view_nodestatus",
+        context=telemetry_panel,
+    )
+)

@@ -47,7 +47,7 @@ class Adjustment(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.amount} {self.currency} for {self.owner_id}"
+        return f"{self.amount} {self.currency} for {self.owner.legal_name}"
 
 
 class Payout(models.Model):

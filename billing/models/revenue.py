@@ -31,7 +31,7 @@ class ClusterBilling(models.Model):
     )
 
     def __str__(self) -> str:
-        return f"billing of {self.cluster_id}"
+        return f"billing of {self.cluster}"
 
 
 class RateCard(models.Model):
@@ -85,7 +85,7 @@ class RateCard(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.cluster_id} {self.currency} from {self.effective_from:%Y-%m-%d}"
+        return f"{self.cluster} {self.currency} from {self.effective_from:%Y-%m-%d}"
 
 
 class Rental(models.Model):
@@ -117,7 +117,7 @@ class Rental(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"rental {self.pk} on {self.cluster_id}"
+        return f"rental {self.pk} on {self.cluster}"
 
 
 class RentalGpu(models.Model):
@@ -130,7 +130,7 @@ class RentalGpu(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.gpu_id} in rental {self.rental_id}"
+        return f"{self.gpu.serial} in rental {self.rental_id}"
 
 
 class PoolRevenue(models.Model):
@@ -154,4 +154,4 @@ class PoolRevenue(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"pool {self.amount} {self.currency} for {self.cluster_id}"
+        return f"pool {self.amount} {self.currency} for {self.cluster}"

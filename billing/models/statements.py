@@ -82,7 +82,10 @@ class Statement(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.owner_id} {self.period_id} {self.currency} ({self.status})"
+        # Names, not ids: operators read this as the statement's title (select_related the
+        # owner and period where many are listed).
+        status = self.get_status_display()
+        return f"{self.owner.legal_name} · {self.period} · {self.currency} ({status})"
 
 
 # A statement line's published figures, in order: the columns of its CSV and JSON, the
@@ -163,4 +166,9 @@ class StatementLine(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"line {self.position} of {self.statement_id}"
+        # Self-contained: inlines list many lines of one statement without loading it again.
+        return (
+            f"line {self.position}: {self.description}"
+            if self.description
+            else f"line {self.position}"
+        )

@@ -5,11 +5,11 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connection, models
 from django.http import HttpRequest
 
+from accounts.admin_site import UtcColumns
 from fleet.services.inventory import record_save
 
 # Below this many rows an exact COUNT(*) is cheap enough to be worth its precision.
@@ -38,7 +38,7 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
         return super().count
 
 
-class BigTableAdmin[M: models.Model](admin.ModelAdmin[M]):
+class BigTableAdmin[M: models.Model](UtcColumns[M]):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     list_per_page = 100

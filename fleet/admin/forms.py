@@ -9,7 +9,7 @@ from django import forms
 from django.utils import timezone
 
 from accounts.models import Owner
-from fleet.models import LifecycleState, Node
+from fleet.models import IncidentCause, LifecycleState, Node
 from fleet.models.ownership import FULL_SHARE_BPS
 
 _AT_HELP = "UTC, to the second, e.g. 2026-03-01 09:00:00."
@@ -44,7 +44,7 @@ def _share(label: str = "Share (bps)", *, required: bool = True) -> forms.Intege
         min_value=1,
         max_value=FULL_SHARE_BPS,
         required=required,
-        help_text="Basis points: 10000 = the whole GPU, 2500 = a quarter.",
+        help_text="Basis points: 10000 = the whole GPU (100 %), 2500 = a quarter (25 %).",
     )
 
 
@@ -165,6 +165,26 @@ class CloseIncidentForm(forms.Form):
     )
 
 
+class ConfirmDraftForm(forms.Form):
+    cause = forms.ChoiceField(
+        choices=IncidentCause.choices,
+        initial=IncidentCause.HARDWARE,
+        help_text="What caused it. Every cause but an owner's request is the operator's.",
+    )
+    title = forms.CharField(
+        max_length=200, required=False, help_text="Empty: keep the draft's title."
+    )
+    notes_for_owners = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="Shown to the owners of the GPU once confirmed.",
+    )
+
+
+class DismissDraftForm(ReasonMixin):
+    pass
+
+
 class CancelMaintenanceForm(ReasonMixin):
     at = InstantField(label="Cancelled at")
 
@@ -186,6 +206,8 @@ __all__ = [
     "BuyBackForm",
     "CancelMaintenanceForm",
     "CloseIncidentForm",
+    "ConfirmDraftForm",
+    "DismissDraftForm",
     "ImportConfirmForm",
     "ImportUploadForm",
     "LifecycleForm",

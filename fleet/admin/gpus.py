@@ -106,7 +106,7 @@ class GpuAdmin(AuditedAdmin[Gpu]):
     actions = ("sell_share", "transfer_share", "buy_back_share", "change_state")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Gpu]:
-        return selectors.gpus_with_whereabouts(at=timezone.now())
+        return selectors.gpus_with_whereabouts(at=timezone.now(), percent=True)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Gpu], search_term: str

@@ -27,11 +27,15 @@ class OpenFilter(admin.SimpleListFilter):
 
 @admin.register(Ownership)
 class OwnershipAdmin(ReadOnlyAdmin[Ownership]):
-    list_display = ("gpu", "owner", "share_bps", "valid_from", "valid_to", "created_by")
+    list_display = ("gpu", "owner", "share", "valid_from", "valid_to", "created_by")
     list_select_related = ("gpu", "owner", "created_by")
     list_filter = (OpenFilter, "owner")
     search_fields = ("gpu__serial", "gpu__nvml_uuid", "owner__legal_name")
     date_hierarchy = "valid_from"
+
+    @admin.display(description="share", ordering="share_bps")
+    def share(self, row: Ownership) -> str:
+        return row.share_percent
 
 
 @admin.register(Placement)

@@ -12,14 +12,57 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
 from fleet.admin import forms as console
-from fleet.admin.base import AuditedAdmin, _user
+from fleet.admin.base import AuditedAdmin, BigTableAdmin, _user
 from fleet.admin.gpus import _attach
-from fleet.models import Incident, MaintenanceWindow
+from fleet.models import Incident, IncidentDraft, MaintenanceWindow
 from fleet.services import operations
 
 _SCOPE = ("site", "cluster", "node", "gpu")
+
+
+def _event_link(event_id: int | None) -> str:
+    """The telemetry event's console page, by URL name (fleet does not import telemetry)."""
+    if event_id is None:
+        return "—"
+    url = reverse("admin:telemetry_telemetryevent_change", args=[event_id])
+    return format_html('<a href="{}">event {}</a>', url, event_id)
+
+
+def _confirm_page(
+    admin_: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    objects: list[Any],
+    form_class: type[forms.Form],
+    run: Any,
+    title: str,
+    action: str,
+) -> HttpResponse | None:
+    """An action's form; on a valid POST runs ``run`` for every object (all or none)."""
+    submitted = request.method == "POST" and "apply" in request.POST
+    form = form_class(request.POST if submitted else None)
+    if submitted and form.is_valid():
+        try:
+            with transaction.atomic():  # all of them or none
+                for obj in objects:
+                    run(obj, form.cleaned_data)
+        except ValidationError as error:
+            _attach(form, error)
+        else:
+            admin_.message_user(request, f"{title}: {len(objects)} done.", messages.SUCCESS)
+            return None
+    context = {
+        **admin_.admin_site.each_context(request),
+        "title": title,
+        "opts": admin_.opts,
+        "form": form,
+        "targets": objects,
+        "action": action,
+    }
+    return TemplateResponse(request, "admin/fleet/confirm_action.html", context)
 
 
 class ScopedAdmin[M: (MaintenanceWindow, Incident)](AuditedAdmin[M]):
@@ -44,27 +87,7 @@ class ScopedAdmin[M: (MaintenanceWindow, Incident)](AuditedAdmin[M]):
         title: str,
         action: str,
     ) -> HttpResponse | None:
-        submitted = request.method == "POST" and "apply" in request.POST
-        form = form_class(request.POST if submitted else None)
-        if submitted and form.is_valid():
-            try:
-                with transaction.atomic():  # all of them or none
-                    for obj in objects:
-                        run(obj, form.cleaned_data)
-            except ValidationError as error:
-                _attach(form, error)
-            else:
-                self.message_user(request, f"{title}: {len(objects)} done.", messages.SUCCESS)
-                return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "opts": self.opts,
-            "form": form,
-            "targets": objects,
-            "action": action,
-        }
-        return TemplateResponse(request, "admin/fleet/confirm_action.html", context)
+        return _confirm_page(self, request, objects, form_class, run, title, action)
 
 
 @admin.register(MaintenanceWindow)
@@ -114,11 +137,15 @@ class MaintenanceWindowAdmin(ScopedAdmin[MaintenanceWindow]):
 
 @admin.register(Incident)
 class IncidentAdmin(ScopedAdmin[Incident]):
-    list_display = ("title", "scope_label", "cause", "started_at", "ended_at")
+    list_display = ("title", "scope_label", "cause", "started_at", "ended_at", "from_event")
     list_filter = ("cause", "site", "cluster")
     search_fields = ("title", "node__hostname", "gpu__serial")
-    readonly_fields = ("ended_at", "opened_by", "created_at")
+    readonly_fields = ("ended_at", "opened_by", "created_at", "from_event")
     actions = ("close",)
+
+    @admin.display(description="from telemetry")
+    def from_event(self, obj: Incident) -> str:
+        return _event_link(obj.telemetry_event_id)
 
     def save_model(self, request: HttpRequest, obj: Incident, form: Any, change: bool) -> None:
         if change:
@@ -148,4 +175,110 @@ class IncidentAdmin(ScopedAdmin[Incident]):
 
         return self._confirm(
             request, list(queryset), console.CloseIncidentForm, run, "Close incidents", "close"
+        )
+
+
+@admin.register(IncidentDraft)
+class IncidentDraftAdmin(BigTableAdmin[IncidentDraft]):
+    """Drafts the telemetry opened: the operator confirms each with its cause (an incident is
+    opened, and only then counts anywhere) or dismisses it; nothing is edited here."""
+
+    list_display = (
+        "title",
+        "gpu",
+        "started_at",
+        "recovered_at",
+        "status",
+        "cause",
+        "event",
+        "incident",
+    )
+    list_filter = ("status",)
+    list_select_related = ("gpu", "incident")
+    search_fields = ("title", "gpu__serial")
+    readonly_fields = (
+        "gpu",
+        "title",
+        "cause",
+        "started_at",
+        "recovered_at",
+        "status",
+        "event",
+        "incident",
+        "decided_by",
+        "decided_at",
+        "created_at",
+    )
+    fields = readonly_fields
+    actions = ("confirm", "dismiss")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A draft's page only shows it; confirming and dismissing are the actions (which its
+        # page offers as buttons), never an edit.
+        return obj is None and super().has_change_permission(request)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        draft = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        context["can_decide"] = (
+            draft is not None
+            and draft.status == IncidentDraft.Status.OPEN
+            and self.has_change_permission(request)
+        )
+        return super().change_view(request, object_id, form_url, context)
+
+    @admin.display(description="telemetry event")
+    def event(self, obj: IncidentDraft) -> str:
+        return _event_link(obj.telemetry_event_id)
+
+    @admin.action(description="Confirm the selected drafts as incidents…", permissions=["change"])
+    def confirm(
+        self, request: HttpRequest, queryset: QuerySet[IncidentDraft]
+    ) -> HttpResponse | None:
+        def run(draft: IncidentDraft, data: dict[str, Any]) -> None:
+            operations.incident_draft_confirm(
+                draft=draft,
+                cause=data["cause"],
+                title=data["title"],
+                notes_for_owners=data["notes_for_owners"],
+                by=_user(request),
+            )
+
+        return _confirm_page(
+            self,
+            request,
+            list(queryset),
+            console.ConfirmDraftForm,
+            run,
+            "Confirm draft incidents",
+            "confirm",
+        )
+
+    @admin.action(description="Dismiss the selected drafts…", permissions=["change"])
+    def dismiss(
+        self, request: HttpRequest, queryset: QuerySet[IncidentDraft]
+    ) -> HttpResponse | None:
+        def run(draft: IncidentDraft, data: dict[str, Any]) -> None:
+            operations.incident_draft_dismiss(draft=draft, reason=data["reason"], by=_user(request))
+
+        return _confirm_page(
+            self,
+            request,
+            list(queryset),
+            console.DismissDraftForm,
+            run,
+            "Dismiss draft incidents",
+            "dismiss",
         )

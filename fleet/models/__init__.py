@@ -10,8 +10,14 @@ from fleet.models.inventory import (
     Placement,
     Site,
 )
-from fleet.models.operations import Incident, IncidentCause, MaintenanceWindow, operator_caused
-from fleet.models.ownership import Ownership
+from fleet.models.operations import (
+    Incident,
+    IncidentCause,
+    IncidentDraft,
+    MaintenanceWindow,
+    operator_caused,
+)
+from fleet.models.ownership import Ownership, share_percent
 
 __all__ = [
     "Cluster",
@@ -19,6 +25,7 @@ __all__ = [
     "GpuModel",
     "Incident",
     "IncidentCause",
+    "IncidentDraft",
     "LifecycleState",
     "LifecycleTransition",
     "MaintenanceWindow",
@@ -27,4 +34,5 @@ __all__ = [
     "Placement",
     "Site",
     "operator_caused",
+    "share_percent",
 ]

@@ -9,6 +9,7 @@ closed and opened, never edited in place.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import ClassVar
 
 from django.db import models
@@ -19,6 +20,14 @@ from accounts.models import Owner, User
 from fleet.models.inventory import Gpu
 
 FULL_SHARE_BPS = 10_000
+
+
+def share_percent(share_bps: int) -> str:
+    """A share as operators and owners read it: 2500 bps → ``25 %``, 3333 → ``33.33 %``.
+
+    Exact: a basis point is 0.01 %, so two decimals always suffice (no rounding)."""
+    text = f"{Decimal(share_bps) / 100:.2f}".rstrip("0").rstrip(".")
+    return f"{text} %"
 
 
 class Ownership(models.Model):
@@ -53,4 +62,8 @@ class Ownership(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.owner_id} holds {self.share_bps} bps of {self.gpu_id}"
+        return f"{self.owner.legal_name} holds {self.share_percent} of {self.gpu.serial}"
+
+    @property
+    def share_percent(self) -> str:
+        return share_percent(self.share_bps)

@@ -29,11 +29,21 @@ _VIEWED = {
         "ownership",
         "maintenancewindow",
         "incident",
+        "incidentdraft",
     ],
     "accounts": ["owner", "membership", "auditentry"],
 }
 _FLEET_CHANGES = {
-    "fleet": ["site", "cluster", "node", "gpumodel", "gpu", "maintenancewindow", "incident"],
+    "fleet": [
+        "site",
+        "cluster",
+        "node",
+        "gpumodel",
+        "gpu",
+        "maintenancewindow",
+        "incident",
+        "incidentdraft",
+    ],
 }
 _FLEET_EXTRA = [("fleet", "import_gpus"), ("fleet", "move_gpu")]
 _OWNERSHIP_EXTRA = [("fleet", "transfer_ownership")]

@@ -5,16 +5,33 @@ Opening and resolving an incident write their webhook events in the same transac
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from accounts.models import User
 from accounts.services import AuditEvent, audit_log
-from fleet.models import Cluster, Gpu, Incident, MaintenanceWindow, Node, Site
+from fleet.models import (
+    Cluster,
+    Gpu,
+    Incident,
+    IncidentCause,
+    IncidentDraft,
+    MaintenanceWindow,
+    Node,
+    Site,
+)
 from fleet.selectors import incident_owner_ids
-from fleet.services._common import database_rules, fmt, require_instant, snapshot
+from fleet.services._common import (
+    database_rules,
+    fmt,
+    require_instant,
+    require_reason,
+    snapshot,
+)
 from webhooks.models import EventType
 from webhooks.outbox import Event, events_emit
 
@@ -112,8 +129,13 @@ def incident_open(
     by: User | None,
     notes_for_owners: str = "",
     internal_notes: str = "",
+    telemetry_event_id: int | None = None,
 ) -> Incident:
-    """Records unplanned trouble from ``started_at`` (when it began, not when it was noticed)."""
+    """Records unplanned trouble from ``started_at`` (when it began, not when it was noticed).
+
+    ``telemetry_event_id``: the event it was opened from (a confirmed draft); such an incident
+    is resolved by the telemetry when the GPU is up again.
+    """
     started_at = require_instant(started_at, field="started_at")
     incident = Incident(
         **_scope_fields(scope),
@@ -123,6 +145,7 @@ def incident_open(
         notes_for_owners=notes_for_owners,
         internal_notes=internal_notes,
         opened_by=by,
+        telemetry_event_id=telemetry_event_id,
     )
     incident.full_clean()
     with database_rules():
@@ -175,6 +198,170 @@ def incident_close(
     )
     events_emit(events=[incident_event(incident, EventType.INCIDENT_RESOLVED)])
     return incident
+
+
+def incident_draft_blocked(*, gpu: Gpu, at: datetime) -> bool:
+    """Whether an event on ``gpu`` at ``at`` is already in hand, so it opens no draft.
+
+    It is when the GPU has an incident (on the GPU itself) that had not ended by ``at``, or a
+    draft that had not ended by then: an open one until it recovered, a dismissed one until it
+    recovered or was dismissed. So a second XID while a draft is open, a replayed event, and an
+    event older than what the operator already handled open nothing; a confirmed draft is
+    represented by its incident.
+    """
+    incident = Incident.objects.filter(gpu=gpu).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=at)
+    )
+    draft = IncidentDraft.objects.filter(gpu=gpu).filter(
+        Q(status=IncidentDraft.Status.OPEN, recovered_at__isnull=True)
+        | Q(status=IncidentDraft.Status.OPEN, recovered_at__gt=at)
+        | Q(status=IncidentDraft.Status.DISMISSED, recovered_at__gt=at)
+        | Q(status=IncidentDraft.Status.DISMISSED, recovered_at__isnull=True, decided_at__gt=at)
+    )
+    return incident.exists() or draft.exists()
+
+
+@transaction.atomic
+def incident_draft_open(
+    *, gpu: Gpu, telemetry_event_id: int, title: str, occurred_at: datetime
+) -> IncidentDraft | None:
+    """Opens a draft incident on ``gpu`` from a telemetry event, unless that event or the
+    trouble it reports is already in hand (``incident_draft_blocked``); returns None then.
+
+    Dated at the event's second (its fraction dropped: incidents are exact to the second).
+    Nothing outside the console sees a draft: no webhook, no owner notice, no billing.
+    """
+    if occurred_at.tzinfo is None:
+        raise ValidationError({"occurred_at": "Give an aware (UTC) instant."})
+    started_at = occurred_at.astimezone(UTC).replace(microsecond=0)
+    # The GPU row serialises drafts of one GPU: two passes cannot both see "nothing open".
+    Gpu.objects.select_for_update(of=("self",)).filter(pk=gpu.pk).first()
+    if IncidentDraft.objects.filter(telemetry_event_id=telemetry_event_id).exists():
+        return None
+    if Incident.objects.filter(telemetry_event_id=telemetry_event_id).exists():
+        return None
+    if incident_draft_blocked(gpu=gpu, at=started_at):
+        return None
+    draft = IncidentDraft(
+        gpu=gpu,
+        telemetry_event_id=telemetry_event_id,
+        title=title[:200],
+        cause=IncidentCause.HARDWARE,
+        started_at=started_at,
+    )
+    draft.full_clean()
+    draft.save()
+    audit_log(
+        actor=None,
+        events=[AuditEvent.of(draft, action="incident_draft.open", after=snapshot(draft))],
+    )
+    return draft
+
+
+def _draft_locked(draft: IncidentDraft) -> IncidentDraft:
+    draft = IncidentDraft.objects.select_for_update().select_related("gpu").get(pk=draft.pk)
+    if draft.status != IncidentDraft.Status.OPEN:
+        raise ValidationError(
+            {"__all__": f"{draft} was already {draft.get_status_display().lower()}."}
+        )
+    return draft
+
+
+@transaction.atomic
+def incident_draft_confirm(
+    *,
+    draft: IncidentDraft,
+    cause: str,
+    by: User | None,
+    title: str = "",
+    notes_for_owners: str = "",
+) -> Incident:
+    """The operator confirms a draft with its cause: the incident is opened on the GPU from
+    the event's instant (and, if the telemetry already saw the GPU up again, resolved then).
+    Only from here on does it count in availability, hosting-fee waivers and owners' views."""
+    draft = _draft_locked(draft)
+    if cause not in IncidentCause.values:
+        raise ValidationError({"cause": f"{cause!r} is not an incident cause."})
+    incident = incident_open(
+        scope=draft.gpu,
+        title=title.strip() or draft.title,
+        cause=cause,
+        started_at=draft.started_at,
+        notes_for_owners=notes_for_owners,
+        by=by,
+        telemetry_event_id=draft.telemetry_event_id,
+    )
+    if draft.recovered_at is not None:
+        incident = incident_close(incident=incident, ended_at=draft.recovered_at, by=by)
+    before = {"status": draft.status, "cause": draft.cause}
+    draft.status = IncidentDraft.Status.CONFIRMED
+    draft.cause = cause
+    draft.incident = incident
+    draft.decided_by = by
+    draft.decided_at = timezone.now()
+    draft.save(update_fields=["status", "cause", "incident", "decided_by", "decided_at"])
+    audit_log(
+        actor=by,
+        events=[
+            AuditEvent.of(
+                draft,
+                action="incident_draft.confirm",
+                before=before,
+                after={"status": draft.status, "cause": cause, "incident_id": incident.pk},
+            )
+        ],
+    )
+    return incident
+
+
+@transaction.atomic
+def incident_draft_dismiss(*, draft: IncidentDraft, reason: str, by: User | None) -> IncidentDraft:
+    """The operator says a draft is no incident (a false alarm, already covered elsewhere)."""
+    reason = require_reason(reason)
+    draft = _draft_locked(draft)
+    draft.status = IncidentDraft.Status.DISMISSED
+    draft.decided_by = by
+    draft.decided_at = timezone.now()
+    draft.save(update_fields=["status", "decided_by", "decided_at"])
+    audit_log(
+        actor=by,
+        reason=reason,
+        events=[
+            AuditEvent.of(
+                draft,
+                action="incident_draft.dismiss",
+                before={"status": IncidentDraft.Status.OPEN},
+                after={"status": draft.status},
+            )
+        ],
+    )
+    return draft
+
+
+@transaction.atomic
+def incident_draft_recover(*, draft: IncidentDraft, at: datetime) -> IncidentDraft:
+    """Records that the telemetry shows the draft's GPU up again from ``at``; the draft stays
+    for the operator to confirm (the incident is then opened already resolved) or dismiss."""
+    at = require_instant(at, field="at")
+    draft = IncidentDraft.objects.select_for_update().get(pk=draft.pk)
+    if draft.recovered_at is not None:
+        return draft
+    if at <= draft.started_at:
+        raise ValidationError({"at": f"{draft} started at {fmt(draft.started_at)}."})
+    draft.recovered_at = at
+    draft.save(update_fields=["recovered_at"])
+    audit_log(
+        actor=None,
+        events=[
+            AuditEvent.of(
+                draft,
+                action="incident_draft.recover",
+                before={"recovered_at": None},
+                after={"recovered_at": at},
+            )
+        ],
+    )
+    return draft
 
 
 def incident_event(incident: Incident, event_type: EventType) -> Event:

@@ -46,6 +46,7 @@ import msgspec
 import psycopg
 from django.db import connection, transaction
 
+from telemetry.services.incidents import incidents_from_events
 from telemetry.services.state_events import ISLANDS, gpu_state_events_emit
 
 LOOKAROUND = dt.timedelta(days=2)
@@ -326,6 +327,8 @@ def derived_process(*, limit: int) -> DerivedResult:
         cursor.execute(_TRANSITIONS_DELETE)
         cursor.execute(_TRANSITIONS_INSERT)
         gpu_state_events_emit(cursor=cursor, scope=ISLANDS)
+        # Draft incidents from down XIDs and lost GPUs; resolved when the GPU is up again.
+        incidents_from_events(cursor=cursor, around=LOOKAROUND)
         cursor.execute(_HOURS_FROM_CLAIM)
         cursor.execute(_ROLLUPS, params)
         result.rollups = int(cursor.rowcount)

@@ -379,10 +379,10 @@ def test_operator_groups_command_is_idempotent():
     call_command("sync_operator_groups", stdout=out)
     lines = out.getvalue().splitlines()
     assert lines[:4] == lines[4:]
-    assert lines[0] == "Operators: read-only: 13 permissions"
-    assert lines[2] == "Operators: ownership: 30 permissions"
-    # read-only's 13, 9 billing views, 6 billing adds, closing and publishing.
-    assert lines[3] == "Operators: billing: 30 permissions"
+    assert lines[0] == "Operators: read-only: 14 permissions"
+    assert lines[2] == "Operators: ownership: 33 permissions"
+    # read-only's 14, 9 billing views, 6 billing adds, closing and publishing.
+    assert lines[3] == "Operators: billing: 31 permissions"
 
 
 def test_unfiltered_big_lists_are_counted_from_the_planner_estimate(h100, monkeypatch):
