@@ -325,6 +325,7 @@ class RateCardForm(ServiceForm):
             "pue",
             "management_fee_pct",
             "waive_hosting_in_operator_incidents",
+            "waive_hosting_when_down",
         )
 
     def create(self, data: dict[str, Any], by: User) -> Any:

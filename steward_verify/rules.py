@@ -89,6 +89,7 @@ class Usage:
     busy_s: Fraction  # Σ utilization (0-1) × up seconds
     energy_kwh: Fraction
     operator_incident_s: int
+    down_without_incident_s: int  # telemetry said down; no incident or maintenance covers it
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def usage(cells: Sequence[CellFacts], span: Span) -> Usage:
     inside = [c for c in cells if c.span[0] >= span[0] and c.span[1] <= span[1]]
     if sum(seconds(c.span) for c in inside) != seconds(span):
         raise RuleError(f"{z(span[0])} to {z(span[1])} is not made of whole cells")
-    in_service = maintenance = down = up = operator = 0
+    in_service = maintenance = down = up = operator = telemetry_down = 0
     busy = energy = Fraction(0)
     busy_hours: dict[str, Fraction] = {}
     energy_hours: dict[str, int] = {}
@@ -145,6 +146,7 @@ def usage(cells: Sequence[CellFacts], span: Span) -> Usage:
         else:
             up += c.up_s
             down += c.down_s
+            telemetry_down += c.down_s
             busy += c.busy_pct_s
             for hour, pct_s, _ in c.partial:
                 busy_hours[hour] = busy_hours.get(hour, Fraction(0)) + pct_s
@@ -162,6 +164,7 @@ def usage(cells: Sequence[CellFacts], span: Span) -> Usage:
         busy_s=busy / 100,
         energy_kwh=energy,
         operator_incident_s=operator,
+        down_without_incident_s=telemetry_down,
     )
 
 
@@ -213,7 +216,8 @@ class Card:
     price: Fraction
     pue: Fraction
     pct: Fraction
-    waive: bool
+    waive: bool  # operator-caused incidents
+    waive_down: bool  # down time with no incident
     raw: dict[str, Any]
 
 
@@ -278,6 +282,7 @@ def gpu_lines(entry: dict[str, Any], period: Span) -> list[ComputedLine]:
             pue=Fraction(Decimal(r["pue"])),
             pct=Fraction(Decimal(r["management_fee_pct"])),
             waive=bool(r["waive_hosting_in_operator_incidents"]),
+            waive_down=bool(r.get("waive_hosting_when_down", False)),
             raw=r,
         )
         for r in entry["rates"]
@@ -298,7 +303,8 @@ def gpu_lines(entry: dict[str, Any], period: Span) -> list[ComputedLine]:
         for piece, card in pieces:
             u = use(piece)
             waived = u.operator_incident_s if card.waive else 0
-            hosting += card.fee * (u.in_service_s - waived) * share / period_s
+            waived_down = u.down_without_incident_s if card.waive_down else 0
+            hosting += card.fee * (u.in_service_s - waived - waived_down) * share / period_s
             power += u.energy_kwh * card.pue * card.price * share
             piece_revenue = revenue(piece)
             fee_weighted += piece_revenue * card.pct / 100
@@ -311,6 +317,8 @@ def gpu_lines(entry: dict[str, Any], period: Span) -> list[ComputedLine]:
                     "in_service_s": u.in_service_s,
                     "waives_operator_incidents": card.waive,
                     "waived_incident_s": waived,
+                    "waives_down": card.waive_down,
+                    "waived_down_s": waived_down,
                     "period_s": period_s,
                     "energy_kwh": str(decimal_of(u.energy_kwh)),
                     "pue": card.raw["pue"],

@@ -151,7 +151,7 @@ class CellUsage:
             or chosen[-1].interval.end != window.end
         ):
             raise ValueError(f"{window} does not start and end on cell boundaries")
-        in_service = maintenance = down = up = operator = 0
+        in_service = maintenance = down = up = operator = telemetry_down = 0
         busy_whole = Decimal(0)
         energy_whole = Decimal(0)
         busy_partial: dict[datetime, Decimal] = {}
@@ -185,6 +185,7 @@ class CellUsage:
             else:
                 up += cell_up
                 down += cell_down
+                telemetry_down += cell_down
                 busy_whole += cell_busy
                 for piece in partial:
                     busy_partial[piece.hour] = (
@@ -209,6 +210,7 @@ class CellUsage:
             busy_s=busy / 100,
             energy_kwh=energy,
             operator_incident_s=operator,
+            down_without_incident_s=telemetry_down,
         )
 
 

@@ -247,6 +247,7 @@ def _rates_frozen(rates: tuple[RateTerms, ...]) -> list[dict[str, Any]]:
             "pue": str(t.pue),
             "management_fee_pct": str(t.management_fee_pct),
             "waive_hosting_in_operator_incidents": t.waive_hosting_in_operator_incidents,
+            "waive_hosting_when_down": t.waive_hosting_when_down,
         }
         for t in rates
     ]
@@ -277,6 +278,8 @@ def rates_from_frozen(entry: dict[str, Any]) -> list[RateTerms]:
             pue=Decimal(r["pue"]),
             management_fee_pct=Decimal(r["management_fee_pct"]),
             waive_hosting_in_operator_incidents=r["waive_hosting_in_operator_incidents"],
+            # Statements frozen before the setting existed charged down time.
+            waive_hosting_when_down=r.get("waive_hosting_when_down", False),
         )
         for r in entry["rates"]
     ]

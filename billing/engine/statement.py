@@ -41,6 +41,18 @@ class RateTerms:
     pue: Decimal
     management_fee_pct: Decimal
     waive_hosting_in_operator_incidents: bool = False
+    waive_hosting_when_down: bool = False  # down seconds no incident covers: charged by default
+
+    def hosted_seconds(self, measure: Measure) -> int:
+        """The in-service seconds the hosting fee is charged for under this card: all of
+        them, less operator-incident seconds and down seconds with no incident where the card
+        waives them (the two never overlap)."""
+        charged = measure.in_service_s
+        if self.waive_hosting_in_operator_incidents:
+            charged -= measure.operator_incident_s
+        if self.waive_hosting_when_down:
+            charged -= measure.down_without_incident_s
+        return charged
 
 
 @dataclass(frozen=True)
@@ -333,9 +345,7 @@ def _single_run_lines(
 
     fee_n, fee_d, pue_n, pue_d, price_n, price_d, pct_n, pct_d = _integer_terms(terms)
     period_s = period_seconds or int((period.end - period.start).total_seconds())
-    charged_s = whole.in_service_s
-    if terms.waive_hosting_in_operator_incidents:
-        charged_s -= whole.operator_incident_s
+    charged_s = terms.hosted_seconds(whole)
     energy_n, energy_d = whole.energy_kwh.as_integer_ratio()
     gross_n, gross_d = gross.as_integer_ratio()
     line = Line(
@@ -440,9 +450,7 @@ def _line(
     for piece, terms in pieces:
         measure = gpu.timeline.measure(piece)
         hosting_fee, pue, price_per_kwh, fee_pct = _exact_terms(terms)
-        charged_s = measure.in_service_s
-        if terms.waive_hosting_in_operator_incidents:
-            charged_s -= measure.operator_incident_s
+        charged_s = terms.hosted_seconds(measure)
         # Rule 6: hosting pro-rated by owned in-service seconds × share over the period.
         hosting += hosting_fee * charged_s * share / period_s
         power += Fraction(measure.energy_kwh) * pue * price_per_kwh * share

@@ -88,6 +88,7 @@ def _pieces(
         for piece in intersect([run], [terms.interval]):
             m = gpu.timeline.measure(piece)
             waived = m.operator_incident_s if terms.waive_hosting_in_operator_incidents else 0
+            waived_down = m.down_without_incident_s if terms.waive_hosting_when_down else 0
             out.append(
                 {
                     "from": iso(piece.start),
@@ -96,6 +97,8 @@ def _pieces(
                     "in_service_s": m.in_service_s,
                     "waives_operator_incidents": terms.waive_hosting_in_operator_incidents,
                     "waived_incident_s": waived,
+                    "waives_down": terms.waive_hosting_when_down,
+                    "waived_down_s": waived_down,
                     "period_s": period_s,
                     "energy_kwh": str(m.energy_kwh),
                     "pue": str(terms.pue),

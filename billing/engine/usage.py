@@ -33,6 +33,7 @@ from billing.engine.intervals import (
     intersect,
     normalize,
     partition_states,
+    subtract,
     total_seconds,
 )
 
@@ -107,6 +108,8 @@ class Measure:
     busy_s: Decimal  # utilization-weighted up seconds
     energy_kwh: Decimal
     operator_incident_s: int  # in-service seconds inside an operator-caused incident
+    # Down seconds that only telemetry says were down: no incident (or maintenance) covers them.
+    down_without_incident_s: int = 0
 
     @property
     def availability(self) -> Fraction | None:
@@ -186,6 +189,7 @@ class GpuTimeline:
             busy_s=busy / 100,
             energy_kwh=energy,
             operator_incident_s=total_seconds(intersect(parts.in_service, self.operator_incidents)),
+            down_without_incident_s=total_seconds(subtract(parts.down, self.incidents)),
         )
 
     def _minutes_touching(self, window: Interval) -> Sequence[TelemetryMinute]:

@@ -59,6 +59,13 @@ class RateCard(models.Model):
     waive_hosting_in_operator_incidents = models.BooleanField(
         default=False, help_text="No hosting fee for seconds inside an operator-caused incident."
     )
+    waive_hosting_when_down = models.BooleanField(
+        default=False,
+        help_text=(
+            "No hosting fee for seconds telemetry says the GPU was down with no incident "
+            "recorded. Off (the default): those seconds are charged like any in-service second."
+        ),
+    )
     created_by = models.ForeignKey(
         User, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )

@@ -87,6 +87,8 @@ RATE_CARD_FIELDS = (
     "in_service_s",
     "waives_operator_incidents",
     "waived_incident_s",
+    "waives_down",
+    "waived_down_s",
     "period_s",
     "energy_kwh",
     "pue",
@@ -136,6 +138,7 @@ def _terms_sections(report: Report) -> list[tuple[str, tuple[str, ...], list[dic
                 **c,
                 # As JSON writes it (a spreadsheet reads either).
                 "waives_operator_incidents": "true" if c["waives_operator_incidents"] else "false",
+                "waives_down": "true" if c["waives_down"] else "false",
             }
             for c in terms["rate_cards"]
         ]

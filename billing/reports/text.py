@@ -200,6 +200,8 @@ def terms_parts(terms: dict[str, Any], currency: str) -> list[str]:
     )
     for card in terms["rate_cards"]:
         waived = f" - {_num(card['waived_incident_s'])} waived" if card["waived_incident_s"] else ""
+        if card["waived_down_s"]:
+            waived += f" - {_num(card['waived_down_s'])} down, waived"
         parts += [
             f"rate card {_at(card['from'])} to {_at(card['to'])}: hosting "
             f"{_num(card['hosting_fee_per_gpu_month'])} {currency}/month x "

@@ -228,6 +228,7 @@ def measure_sum(measures: Iterable[Measure]) -> Measure:
         busy_s=sum((m.busy_s for m in listed), Decimal(0)),
         energy_kwh=sum((m.energy_kwh for m in listed), Decimal(0)),
         operator_incident_s=sum(m.operator_incident_s for m in listed),
+        down_without_incident_s=sum(m.down_without_incident_s for m in listed),
     )
 
 

@@ -307,6 +307,7 @@ def rate_terms(
             pue=card.pue,
             management_fee_pct=card.management_fee_pct,
             waive_hosting_in_operator_incidents=card.waive_hosting_in_operator_incidents,
+            waive_hosting_when_down=card.waive_hosting_when_down,
         )
         for card in cards
     ]

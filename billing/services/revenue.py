@@ -42,6 +42,7 @@ def rate_card_create(
     pue: Decimal,
     management_fee_pct: Decimal,
     waive_hosting_in_operator_incidents: bool,
+    waive_hosting_when_down: bool = False,
     by: User,
 ) -> RateCard:
     require_instant(effective_from, field="effective_from")
@@ -88,6 +89,7 @@ def rate_card_create(
                 pue=pue,
                 management_fee_pct=management_fee_pct,
                 waive_hosting_in_operator_incidents=waive_hosting_in_operator_incidents,
+                waive_hosting_when_down=waive_hosting_when_down,
                 created_by=by,
             )
     except IntegrityError as exc:  # a concurrent card won the race; the trigger said no

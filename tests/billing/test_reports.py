@@ -91,9 +91,10 @@ position,from,to,rate_per_gpu_hour,up_s,amount
 
 section,rate_cards
 position,from,to,hosting_fee_per_gpu_month,in_service_s,waives_operator_incidents,\
-waived_incident_s,period_s,energy_kwh,pue,price_per_kwh,management_fee_pct
-1,2026-02-01T00:00:00Z,2026-02-04T00:00:00Z,30.0000,259200,false,0,259200,36.600000,1.300,\
-0.200000,10.00
+waived_incident_s,waives_down,waived_down_s,period_s,energy_kwh,pue,price_per_kwh,\
+management_fee_pct
+1,2026-02-01T00:00:00Z,2026-02-04T00:00:00Z,30.0000,259200,false,0,false,0,259200,36.600000,\
+1.300,0.200000,10.00
 
 section,payouts
 reference,paid_on,amount

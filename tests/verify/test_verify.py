@@ -204,7 +204,7 @@ def test_a_statement_tampered_with_in_any_field_is_caught_naming_it(oscar, olga,
         if path[0] != "frozen_inputs":
             assert name in out, (path, out)
         tried += 1
-    assert tried == 139  # every field the statement and its frozen inputs hold
+    assert tried == 142  # every field the statement and its frozen inputs hold
 
 
 def test_frozen_inputs_tampered_are_named_through_the_term_they_feed(oscar, olga, disclosure):
