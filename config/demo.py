@@ -12,6 +12,12 @@ the web server, a Celery worker and Celery beat side by side. The simulated node
 
 The portal is up from the start. Ctrl-C (or SIGTERM) stops the processes in reverse order,
 then the engines. Imports no Django: it only supervises.
+
+The terminal shows progress, not logs: a line when each node enrols, when it has backfilled
+the previous month (naming the scripted faults in it), when the month is closed and
+published, when the nodes go live, and when everything has stopped. The web server's,
+worker's, beat's and agents' own output goes to ``var/demo-logs/<process>.log``; a process
+that dies has its last lines printed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import struct
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,6 +129,25 @@ def _agent_commands(
     return commands
 
 
+def _scripted_faults(scenario: str) -> list[str]:
+    """The faults a node's scenario schedules, as a reader would say them."""
+    faults = tomllib.loads(Path(scenario).read_text(encoding="utf-8")).get("faults", [])
+    said = []
+    for fault in faults:
+        kind = fault.get("kind", "fault")
+        what = f"XID {fault['xid']}" if kind == "xid" else kind.replace("_", " ")
+        said.append(f"{what} on GPU {fault.get('gpu', '?')}, {fault.get('at', '?')} in")
+    return said
+
+
+def _log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+
 def _wait_until_serving(port: int, children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -134,10 +160,22 @@ def _wait_until_serving(port: int, children: list[tuple[str, subprocess.Popen[by
             time.sleep(0.5)
 
 
-def _banner(port: int, agents: int, previous: datetime, current: datetime) -> str:
+def _banner(
+    port: int, agents: int, previous: datetime, current: datetime, *, again: bool, logs: Path
+) -> str:
     logins = "\n".join(f"    {role:<30} {email}" for role, email in DEMO_LOGINS)
+    if again:
+        what = (
+            f"  This run continues the data an earlier run left in {logs.parent}: what it seeded,\n"
+            f"  closed and published stays; each node resumes after the last minute it sealed,\n"
+            f"  and {previous:%B %Y} is closed now only if it was not yet. `make clean` starts\n"
+            f"  afresh.\n\n"
+        )
+    else:
+        what = ""
     return (
         f"\n  Steward demo is running.\n\n"
+        f"{what}"
         f"    owner portal       http://127.0.0.1:{port}/\n"
         f"    operator console   http://127.0.0.1:{port}/admin/\n"
         f"    health             http://127.0.0.1:{port}/readyz\n"
@@ -146,7 +184,8 @@ def _banner(port: int, agents: int, previous: datetime, current: datetime) -> st
         f"  through the real ingest path (agent → signed batch → endpoint → worker); then\n"
         f"  {previous:%B %Y} is closed and its statements published (oscar requests, olga\n"
         f"  approves) — watch for 'demo: {previous:%B %Y} is closed'. The nodes then backfill\n"
-        f"  {current:%B} to date and go on live. Progress is printed here as it goes.\n\n"
+        f"  {current:%B} to date and go on live. Progress is printed here as it goes; the\n"
+        f"  processes' own logs are in {logs}/.\n\n"
         f"  Logins (password for all: {DEMO_PASSWORD}):\n{logins}\n\n"
         f"  The operator console asks oscar and olga for a second factor (publishing a\n"
         f"  statement takes two operators; in the demo both use this authenticator secret):\n"
@@ -175,6 +214,7 @@ def _stop(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
 def main() -> int:
     port = int(os.environ.get("STEWARD_DEMO_PORT", "8000"))
     var_dir = Path(os.environ.get("STEWARD_VAR_DIR", BASE_DIR / "var")).resolve()
+    logs = var_dir / "demo-logs"
     stopping = False
 
     def request_stop(_signum: int, _frame: object) -> None:
@@ -184,39 +224,78 @@ def main() -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
 
+    agents_dir = var_dir / "demo-agents"
+    again = (agents_dir / "agents.json").exists()  # an earlier run seeded and started nodes
+    embedded = not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"))
     with engines(var_dir) as added:
         env = {**os.environ, **added, "DJANGO_SETTINGS_MODULE": "config.settings.dev"}
         env.setdefault("STEWARD_DEMO_PASSWORD", DEMO_PASSWORD)
         _manage("migrate", "--noinput", env=env)
-        agents_dir = var_dir / "demo-agents"
         _manage("seed_demo", "--agents-dir", str(agents_dir), env=env)
+        logs.mkdir(parents=True, exist_ok=True)
         previous, current = month_starts(datetime.now(UTC))
         children: list[tuple[str, subprocess.Popen[bytes]]] = []  # must keep running
         backfill: list[tuple[str, subprocess.Popen[bytes]]] = []  # phase 1: exit when done
+        log_of: dict[str, Path] = {}
 
-        def start(name: str, command: list[str]) -> tuple[str, subprocess.Popen[bytes]]:
+        def start(
+            name: str, command: list[str], *, to_terminal: bool = False
+        ) -> tuple[str, subprocess.Popen[bytes]]:
             # Own process group: Ctrl-C reaches only us, and we stop children in order.
-            return name, subprocess.Popen(command, env=env, start_new_session=True)
+            if to_terminal:
+                return name, subprocess.Popen(command, env=env, start_new_session=True)
+            log_of[name] = logs / f"{name.replace(' ', '-')}.log"
+            with log_of[name].open("ab") as out:
+                child = subprocess.Popen(
+                    command, env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT
+                )
+            return name, child
+
+        def died(name: str, code: int | None) -> None:
+            print(f"demo: {name} exited with {code}; its last lines ({log_of.get(name)}):")
+            print(_log_tail(log_of[name]) if name in log_of else "", flush=True)
 
         try:
             for name, command in _processes(port, var_dir):
                 children.append(start(name, command))
             _wait_until_serving(port, children)
             began = time.monotonic()
+            manifest = json.loads((agents_dir / "agents.json").read_text(encoding="utf-8"))
+            unenrolled = {
+                e["hostname"]: Path(e["key_file"]) for e in manifest if e["bootstrap_token"]
+            }
+            faults = {e["hostname"]: _scripted_faults(e["scenario"]) for e in manifest}
             agents = _agent_commands(port, agents_dir, (previous, current))
             backfill = [start(name, command) for name, command in agents]
             close = [PYTHON, str(BASE_DIR / "manage.py"), "demo_close_period"]
             close += ["--month", f"{previous:%Y-%m}", "--wait", "3600", "--every", "15"]
-            backfill.append(start("demo_close_period", close))
-            print(_banner(port, len(agents), previous, current), flush=True)
+            backfill.append(start("demo_close_period", close, to_terminal=True))
+            print(_banner(port, len(agents), previous, current, again=again, logs=logs), flush=True)
+            said: set[str] = set()
             live = False
+            code = 0
             while not stopping:
                 exited = [
                     (name, child.returncode) for name, child in children if child.poll() is not None
                 ]
                 if exited:
-                    print(f"demo: {exited[0][0]} exited with {exited[0][1]}; stopping", flush=True)
-                    return 1
+                    died(*exited[0])
+                    code = 1
+                    break
+                for host, key_file in unenrolled.items():
+                    if f"enrolled {host}" not in said and key_file.exists():
+                        said.add(f"enrolled {host}")
+                        print(f"demo: node {host} enrolled (its key is in {key_file})", flush=True)
+                for name, child in backfill:
+                    if child.poll() == 0 and name not in said and name.startswith("agent "):
+                        said.add(name)
+                        host = name.removeprefix("agent ")
+                        scripted = "; ".join(faults.get(host, [])) or "no scripted fault"
+                        print(
+                            f"demo: node {host} backfilled {previous:%B %Y} and delivered it "
+                            f"({scripted})",
+                            flush=True,
+                        )
                 failed = [(n, c.returncode) for n, c in backfill if c.poll() not in (None, 0)]
                 if failed and not live:
                     for _name, child in backfill:  # the close would wait for them in vain
@@ -224,26 +303,36 @@ def main() -> int:
                             child.terminate()
                 if not live and all(child.poll() is not None for _, child in backfill):
                     if failed:
+                        died(*failed[0])
                         print(
-                            f"demo: {failed[0][0]} exited with {failed[0][1]}; {previous:%B %Y} "
-                            "was not closed (see above). The nodes go on live.",
+                            f"demo: {previous:%B %Y} was not closed. The nodes go on live.",
                             flush=True,
                         )
                     else:
                         print(
                             f"demo: {previous:%B %Y} backfilled, closed and published "
-                            f"{time.monotonic() - began:.0f} s after the portal came up; the "
-                            f"nodes now backfill {current:%B} to date, then go on live.",
+                            f"{time.monotonic() - began:.0f} s after the portal came up.",
                             flush=True,
                         )
                     for name, command in _agent_commands(port, agents_dir, (current, None)):
                         children.append(start(name, command))
+                    print(
+                        f"demo: the {len(agents)} nodes are live: each backfills {current:%B} to "
+                        "date, then samples every 5 s (scripted faults again, counted from "
+                        f"{current:%B} 1).",
+                        flush=True,
+                    )
                     live = True
                 time.sleep(0.5)
             print("demo: stopping…", flush=True)
-            return 0
         finally:
             _stop(children + backfill)
+            print("demo: the web server, worker, beat and nodes have stopped.", flush=True)
+    if embedded:  # leaving the engines' context stopped them
+        print(
+            f"demo: the embedded PostgreSQL and Redis have stopped; their data stays in {var_dir}."
+        )
+    return code
 
 
 if __name__ == "__main__":

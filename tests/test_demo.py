@@ -21,3 +21,30 @@ def test_totp_matches_rfc6238_test_vector():
     # the last six digits are what a 6-digit authenticator shows.
     secret = "GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ"
     assert totp_now(secret, 59) == "287082"
+
+
+def test_the_banner_of_a_second_run_says_it_continues_the_earlier_data(tmp_path):
+    from config.demo import _banner
+
+    previous, current = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
+    logs = tmp_path / "demo-logs"
+    first = _banner(8000, 8, previous, current, again=False, logs=logs)
+    second = _banner(8000, 8, previous, current, again=True, logs=logs)
+    assert "continues the data an earlier run left" not in first
+    assert f"continues the data an earlier run left in {tmp_path}" in second
+    assert "October 2026 is closed now only if it was not yet" in second
+    assert f"logs are in {logs}/" in first
+
+
+def test_scripted_faults_are_said_as_a_reader_would_say_them(tmp_path):
+    from config.demo import _scripted_faults
+    from portal.demo_nodes import DEMO_NODES
+
+    said = {}
+    for node in DEMO_NODES:
+        scenario = tmp_path / f"{node.hostname}.toml"
+        scenario.write_text(node.scenario_toml(), encoding="utf-8")
+        said[node.hostname] = _scripted_faults(str(scenario))
+    assert said["fra1-a-n03"] == ["XID 94 on GPU 5, 5m in"]
+    assert said["fra1-b-n04"] == ["gpu lost on GPU 3, 30m in"]
+    assert said["fra1-a-n01"] == []
