@@ -136,8 +136,21 @@ def _scripted_faults(scenario: str) -> list[str]:
     for fault in faults:
         kind = fault.get("kind", "fault")
         what = f"XID {fault['xid']}" if kind == "xid" else kind.replace("_", " ")
-        said.append(f"{what} on GPU {fault.get('gpu', '?')}, {fault.get('at', '?')} in")
+        said.append(f"{what} on GPU {fault.get('gpu', '?')}, {_offset(fault.get('at'))} in")
     return said
+
+
+def _offset(value: object) -> str:
+    """A scenario's "206h" / "12560m" / "90s" offset as "8 d 14 h" / "8 d 17 h 20 min"."""
+    text = str(value).strip()
+    unit = {"h": 3600, "m": 60, "s": 1}.get(text[-1:], 1)
+    try:
+        seconds = int(float(text.rstrip("hms")) * unit)
+    except ValueError:
+        return text
+    days, rest = divmod(seconds, 86_400)
+    parts = [(days, "d"), (rest // 3600, "h"), (rest % 3600 // 60, "min"), (rest % 60, "s")]
+    return " ".join(f"{n} {u}" for n, u in parts if n) or "0 s"
 
 
 def _log_tail(path: Path, lines: int = 20) -> str:

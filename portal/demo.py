@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from base64 import b32encode
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.db import transaction
@@ -198,6 +198,7 @@ def _fleet(*, operator: User, alice: Owner, bob: Owner) -> int:
         by=operator,
         reason="Demo: Alice sold two GPUs to Bob (contract C-17).",
     )
+    _last_month_story(operator=operator, alice=alice, bob=bob, cluster_a=cluster_a, now=now)
     node_b2 = Node.objects.get(hostname="fra1-b-n02")
     incident = operations.incident_open(
         scope=node_b2,
@@ -218,6 +219,45 @@ def _fleet(*, operator: User, alice: Owner, bob: Owner) -> int:
         by=operator,
     )
     return len(gpus)
+
+
+def _last_month_story(
+    *, operator: User, alice: Owner, bob: Owner, cluster_a: list[Gpu], now: datetime
+) -> None:
+    """What the month the demo closes and publishes shows on the owners' statements, besides
+    rentals (cluster A) and a pool (cluster B): an incident on one of Alice's GPUs (its agent
+    reports the card lost over the same hours, portal/demo_nodes.py), a maintenance window on
+    her node, a GPU of Bob's silent for six hours, and a sale from Alice to Bob at a second."""
+    month = datetime(now.year - (now.month == 1), (now.month - 2) % 12 + 1, 1, tzinfo=UTC)
+    lost_gpu = cluster_a[2]  # fra1-a-n01, slot 2: the scenario's gpu_lost / recover
+    incident = operations.incident_open(
+        scope=lost_gpu,
+        title="GPU fell off the bus (Xid 79)",
+        cause=IncidentCause.HARDWARE,
+        started_at=month + timedelta(days=8, hours=14),
+        by=operator,
+        notes_for_owners="The card dropped off the PCIe bus; it was reseated and tested.",
+    )
+    operations.incident_close(
+        incident=incident, ended_at=month + timedelta(days=8, hours=17, minutes=20), by=operator
+    )
+    operations.maintenance_schedule(
+        scope=Node.objects.get(hostname="fra1-a-n01"),
+        title="BIOS update on fra1-a-n01",
+        description="The node is drained, updated and returned to service.",
+        announced_at=month + timedelta(days=10),
+        starts_at=month + timedelta(days=14, hours=2),
+        ends_at=month + timedelta(days=14, hours=4),
+        by=operator,
+    )
+    ownership.ownership_transfer(
+        gpus=cluster_a[12:14],
+        from_owner=alice,
+        to=[ownership.ShareTo(bob, 10_000)],
+        at=month + timedelta(days=19, hours=12, seconds=30),
+        by=operator,
+        reason="Demo: Alice sold two more GPUs to Bob (contract C-23), at 12:00:30.",
+    )
 
 
 def demo_agents_prepare(*, agents_dir: Path, by: User | None = None) -> list[dict[str, str | None]]:

@@ -68,9 +68,26 @@ def _nodes() -> list[DemoNode]:
         [("a", "H100-SXM5-80GB")] * 4 + [("b", "H200-SXM5-141GB")] * 4
     ):
         number = index % 4 + 1
+        # Faults count from the agent's start: on a first run, from the first instant of the
+        # month it backfills and closes (portal/demo.py records the incident, maintenance and
+        # sale that go with them, dated in that month).
         faults: tuple[dict[str, Any], ...] = ()
-        if (cluster, number) == ("a", 3):
-            # A contained ECC error five minutes in: the GPU is degraded, not down.
+        if (cluster, number) == ("a", 1):
+            # One of Alice's H100s falls off the bus on day 9 at 14:00 (Xid 79) and is back at
+            # 17:20: the operator's incident covers it.
+            faults = (
+                {"at": "206h", "kind": "gpu_lost", "gpu": 2},
+                {"at": "12560m", "kind": "recover", "gpu": 2},
+            )
+        if (cluster, number) == ("a", 2):
+            # A GPU Bob bought from Alice drops out of the node's inventory for 6 hours on day
+            # 14 from 09:00: a silent stretch (no data), not down time.
+            faults = (
+                {"at": "321h", "kind": "remove", "gpu": 6},
+                {"at": "327h", "kind": "recover", "gpu": 6},
+            )
+        if (cluster, number) == ("b", 1):
+            # A contained ECC error five minutes in on a GPU Bob owns half of: degraded, not down.
             faults = ({"at": "5m", "kind": "xid", "gpu": 5, "xid": 94},)
         if (cluster, number) == ("b", 4):
             # A card falls off the bus half an hour in (Xid 79): down until an operator acts.

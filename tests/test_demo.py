@@ -45,6 +45,10 @@ def test_scripted_faults_are_said_as_a_reader_would_say_them(tmp_path):
         scenario = tmp_path / f"{node.hostname}.toml"
         scenario.write_text(node.scenario_toml(), encoding="utf-8")
         said[node.hostname] = _scripted_faults(str(scenario))
-    assert said["fra1-a-n03"] == ["XID 94 on GPU 5, 5m in"]
-    assert said["fra1-b-n04"] == ["gpu lost on GPU 3, 30m in"]
-    assert said["fra1-a-n01"] == []
+    assert said["fra1-b-n01"] == ["XID 94 on GPU 5, 5 min in"]
+    assert said["fra1-b-n04"] == ["gpu lost on GPU 3, 30 min in"]
+    assert said["fra1-a-n01"] == [
+        "gpu lost on GPU 2, 8 d 14 h in",
+        "recover on GPU 2, 8 d 17 h 20 min in",
+    ]
+    assert said["fra1-a-n03"] == []

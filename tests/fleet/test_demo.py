@@ -24,13 +24,14 @@ def test_demo_fleet_is_seeded_once_with_whole_and_fractional_owners(client):
         Owner.objects.get(legal_name="Alice Compute Ltd"),
         Owner.objects.get(legal_name="Bob Chen"),
     )
-    assert sorted(current.filter(owner=alice).values_list("share_bps", flat=True)) == [10000] * 14
+    assert sorted(current.filter(owner=alice).values_list("share_bps", flat=True)) == [10000] * 12
     assert sorted(current.filter(owner=bob).values_list("share_bps", flat=True)) == (
-        [5000] * 8 + [10000] * 2
+        [5000] * 8 + [10000] * 4
     )
-    assert AuditEntry.objects.filter(action="ownership.transfer").count() == 2
-    assert MaintenanceWindow.objects.count() == 1
-    assert Incident.objects.filter(ended_at__isnull=False).count() == 1
+    # Two sales from Alice to Bob of two GPUs each; the second inside last month, at a second.
+    assert AuditEntry.objects.filter(action="ownership.transfer").count() == 4
+    assert MaintenanceWindow.objects.count() == 2
+    assert Incident.objects.filter(ended_at__isnull=False).count() == 2
 
     response = client.post(
         "/admin/login/",
