@@ -21,6 +21,7 @@ from django.utils import timezone
 from accounts.models import ApiKey, Membership, Owner, PartnerGrant, User
 from billing.models import Payout, Statement
 from fleet.models import Gpu, Incident, MaintenanceWindow, Ownership
+from portal.models import PortalNotice
 
 
 def owner_ids_for_user(*, user: User) -> QuerySet[Membership, Any]:
@@ -164,19 +165,24 @@ def maintenance_window_for_user(*, user: User, window_id: int) -> MaintenanceWin
     return window
 
 
-def users_concerned(*, scoped: Incident | MaintenanceWindow) -> list[Any]:
-    """The active users who may see ``scoped`` (the inverse of the rule above): the ones to
-    tell about it."""
+def members_concerned(*, scoped: Incident | MaintenanceWindow) -> list[tuple[Any, Any]]:
+    """(user id, owner id) for each active member of each account that may see ``scoped``
+    (the inverse of the rule above), ordered: whom to tell about it, and for which account."""
     sql = _touch_sql(
         type(scoped),
-        select="DISTINCT m.user_id",
+        select="DISTINCT m.user_id, o.owner_id",
         join="JOIN accounts_membership m ON m.owner_id = o.owner_id "
         "JOIN accounts_user u ON u.id = m.user_id AND u.is_active",
         where="e.id = %s",
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [scoped.pk])
-        return sorted(row[0] for row in cursor.fetchall())
+        return sorted(((row[0], row[1]) for row in cursor.fetchall()), key=str)
+
+
+def users_concerned(*, scoped: Incident | MaintenanceWindow) -> list[Any]:
+    """The active users who may see ``scoped``: the ones to tell about it."""
+    return sorted({user_id for user_id, _ in members_concerned(scoped=scoped)})
 
 
 def gpus_touched(*, user: User, scoped: Incident | MaintenanceWindow) -> QuerySet[Gpu]:
@@ -205,3 +211,21 @@ def statement_for_user(*, user: User, statement_id: Any) -> Statement:
     if statement is None:
         raise Http404("No such statement.")
     return statement
+
+
+# ---- notices in the portal ------------------------------------------------------------------
+
+
+def notices_for_user(*, user: User, now: datetime) -> QuerySet[PortalNotice]:
+    """The user's own notices, about accounts they are still a member of, shown from their
+    ``shown_from`` (a maintenance notice from the window's announcement)."""
+    return PortalNotice.objects.filter(
+        user_id=user.pk, owner_id__in=owner_ids_for_user(user=user), shown_from__lte=now
+    )
+
+
+def notice_for_user(*, user: User, notice_id: Any, now: datetime) -> PortalNotice:
+    notice = notices_for_user(user=user, now=now).filter(pk=notice_id).first()
+    if notice is None:
+        raise Http404("No such notice.")
+    return notice

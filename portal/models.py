@@ -1,4 +1,5 @@
-"""What the portal itself records: logged-in sessions, notification choices and notices sent."""
+"""What the portal itself records: logged-in sessions, notification choices, notices sent by
+email and notices shown in the portal."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from accounts.models import User
+from accounts.models import Owner, User
 
 # A GPU down or silent for longer than this has been notified to everyone who wanted it.
 GPU_DOWN_MINUTES_MIN = 5
@@ -110,6 +111,42 @@ class Notice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key} to {self.user_id}"
+
+
+class PortalNotice(models.Model):
+    """One notice in one user's list in the portal, about one thing of one owner account.
+
+    Written by the notification scan in the same transaction as the email ``Notice`` (the
+    same events, unique on the same (user, kind, key)), but whatever the user's email
+    choices: the settings choose emails, the list shows everything. The portal lists it only
+    while the user is still a member of ``owner`` and from ``shown_from`` on (maintenance: its
+    announcement).
+    """
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="portal_inbox")
+    owner = models.ForeignKey(Owner, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=24, choices=NoticeKind.choices)
+    key = models.CharField(max_length=100, help_text="What it is about, e.g. incident:42.")
+    title = models.CharField(max_length=200)
+    link = models.CharField(max_length=200, help_text="The portal page it is about (a path).")
+    created_at = models.DateTimeField(default=timezone.now)
+    shown_from = models.DateTimeField(default=timezone.now)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-shown_from", "-pk"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["user", "kind", "key"], name="portal_portalnotice_once"
+            ),
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["user", "-shown_from"], name="portal_inbox_by_user"),
+            models.Index(fields=["user"], name="portal_inbox_unread", condition=Q(read_at=None)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key} for {self.user_id}"
 
 
 class ScanCursor(models.Model):

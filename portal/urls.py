@@ -8,6 +8,7 @@ from portal.views import (
     fleet,
     integrations,
     money,
+    notices,
     statements,
 )
 
@@ -52,6 +53,7 @@ urlpatterns = [
         integrations.api_key_revoke,
         name="api-key-revoke",
     ),
+    path("notices/", notices.notices, name="notices"),
     path("settings/notifications/", account.notification_settings, name="notifications"),
     path("settings/security/", account.security, name="security"),
     path("settings/security/2fa/enrol/", account.two_factor_enrol, name="2fa-enrol"),

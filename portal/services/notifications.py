@@ -1,4 +1,5 @@
-"""Email notifications: what each user wants, finding what to tell them, and sending it.
+"""Notifications: what each user wants, finding what to tell them, and telling it by email and
+in the portal.
 
 The scan never walks every GPU or incident. It reads two append-only tables forward from a
 cursor (their primary keys): the audit trail for incidents opened and closed and maintenance
@@ -10,7 +11,9 @@ unique on (user, kind, key), so reading twice never tells twice.
 
 A notice is rendered when created and sent by a task that claims it with compare-and-set; a
 worker that dies after sending and before marking may send it again after the claim expires
-(at least once, as everything in Steward).
+(at least once, as everything in Steward). Everything told is also written, in the same
+transaction, as a ``PortalNotice`` for the portal's list, whatever the user's email choices
+(they choose emails; the GPU-down threshold applies to both).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from billing.reports.report import period_name
 from billing.selectors.facts import gpu_facts
 from fleet.models import Gpu, Incident, LifecycleState, MaintenanceWindow, Ownership
 from portal import conf
-from portal.access import users_concerned
+from portal.access import members_concerned
 from portal.mail import mail_send
 from portal.models import (
     GPU_DOWN_MINUTES_MAX,
@@ -40,6 +43,7 @@ from portal.models import (
     NoticeKind,
     NotificationPreference,
     OutageWatch,
+    PortalNotice,
     ScanCursor,
 )
 from telemetry.models import GpuState, GpuStateTransition
@@ -96,8 +100,58 @@ def _preferences(user_ids: Iterable[Any]) -> dict[Any, NotificationPreference]:
 
 @dataclass(frozen=True)
 class ScanResult:
-    candidates: int  # notices due this tick, including ones that already existed
+    candidates: int  # emails due this tick, including ones that already existed
     watched: int
+    shown: int = 0  # portal notices due this tick, including ones that already existed
+
+
+@dataclass(frozen=True)
+class Told:
+    """One thing to tell one user about one of their owner accounts: an email when they want
+    one (``email``), and a notice in the portal in any case."""
+
+    user_id: Any
+    owner_id: Any
+    kind: str
+    key: str
+    subject: str
+    body: str
+    path: str  # the portal page it is about
+    email: bool
+    now: datetime
+    not_before: datetime
+
+    def email_notice(self) -> Notice:
+        return Notice(
+            user_id=self.user_id,
+            kind=self.kind,
+            key=self.key,
+            subject=self.subject,
+            body=self.body,
+            created_at=self.now,
+            not_before=self.not_before,
+        )
+
+    def portal_notice(self) -> PortalNotice:
+        return PortalNotice(
+            user_id=self.user_id,
+            owner_id=self.owner_id,
+            kind=self.kind,
+            key=self.key,
+            title=self.subject,
+            link=self.path,
+            created_at=self.now,
+            shown_from=self.not_before,
+        )
+
+
+def _one_account_each(pairs: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """(user, owner) pairs reduced to one owner account per user (the first by id), sorted:
+    a notice is unique per user and thing, however many of their accounts it concerns."""
+    chosen: dict[Any, Any] = {}
+    for user_id, owner_id in sorted(pairs, key=lambda p: (str(p[0]), str(p[1]))):
+        chosen.setdefault(user_id, owner_id)
+    return sorted(chosen.items(), key=lambda p: str(p[0]))
 
 
 def _advance(name: str, top: int | None) -> tuple[int, int] | None:
@@ -125,16 +179,19 @@ def _advance(name: str, top: int | None) -> tuple[int, int] | None:
 
 @transaction.atomic
 def notifications_scan(*, now: datetime) -> ScanResult:
-    """Creates the notices due at ``now`` (each once, however often it runs)."""
-    notices: list[Notice] = []
-    notices += _scan_audit(now=now)
-    notices += _scan_outages(now=now)
-    notices += _scan_statements(now=now)
-    Notice.objects.bulk_create(notices, ignore_conflicts=True)
-    return ScanResult(candidates=len(notices), watched=OutageWatch.objects.count())
+    """Creates the emails and portal notices due at ``now`` (each once, however often it
+    runs), both in this one transaction."""
+    told: list[Told] = []
+    told += _scan_audit(now=now)
+    told += _scan_outages(now=now)
+    told += _scan_statements(now=now)
+    emails = [t.email_notice() for t in told if t.email]
+    Notice.objects.bulk_create(emails, ignore_conflicts=True)
+    PortalNotice.objects.bulk_create([t.portal_notice() for t in told], ignore_conflicts=True)
+    return ScanResult(candidates=len(emails), watched=OutageWatch.objects.count(), shown=len(told))
 
 
-def _scan_audit(*, now: datetime) -> list[Notice]:
+def _scan_audit(*, now: datetime) -> list[Told]:
     top = AuditEntry.objects.aggregate(top=Max("id"))["top"]
     span = _advance("audit", top)
     if span is None:
@@ -149,7 +206,7 @@ def _scan_audit(*, now: datetime) -> list[Notice]:
     window_ids = {int(oid) for action, oid in entries if action.startswith("maintenance.")}
     incidents = Incident.objects.in_bulk(incident_ids)
     windows = MaintenanceWindow.objects.in_bulk(window_ids)
-    out: list[Notice] = []
+    out: list[Told] = []
     for action, object_id in entries:
         if action == "incident.open" and int(object_id) in incidents:
             out += _about_incident(incidents[int(object_id)], NoticeKind.INCIDENT_OPENED, now)
@@ -164,9 +221,9 @@ def _scan_audit(*, now: datetime) -> list[Notice]:
     return out
 
 
-def _about_incident(incident: Incident, kind: NoticeKind, now: datetime) -> list[Notice]:
-    users = users_concerned(scoped=incident)
-    wanted = [pk for pk, pref in _preferences(users).items() if pref.incidents]
+def _about_incident(incident: Incident, kind: NoticeKind, now: datetime) -> list[Told]:
+    members = _one_account_each(members_concerned(scoped=incident))
+    preferences = _preferences(user_id for user_id, _ in members)
     opened = kind == NoticeKind.INCIDENT_OPENED
     subject = f"Incident {'opened' if opened else 'resolved'}: {incident.title}"
     body = render_to_string(
@@ -174,41 +231,47 @@ def _about_incident(incident: Incident, kind: NoticeKind, now: datetime) -> list
         {"incident": incident, "opened": opened, "link": _link("portal:incident", incident.pk)},
     )
     return [
-        Notice(
-            user_id=pk,
+        Told(
+            user_id=user_id,
+            owner_id=owner_id,
             kind=kind,
             key=f"incident:{incident.pk}",
             subject=subject,
             body=body,
-            created_at=now,
+            path=reverse("portal:incident", args=[incident.pk]),
+            email=preferences[user_id].incidents,
+            now=now,
             not_before=now,
         )
-        for pk in sorted(wanted, key=str)
+        for user_id, owner_id in members
     ]
 
 
-def _about_maintenance(window: MaintenanceWindow, now: datetime) -> list[Notice]:
-    users = users_concerned(scoped=window)
-    wanted = [pk for pk, pref in _preferences(users).items() if pref.maintenance]
+def _about_maintenance(window: MaintenanceWindow, now: datetime) -> list[Told]:
+    members = _one_account_each(members_concerned(scoped=window))
+    preferences = _preferences(user_id for user_id, _ in members)
     body = render_to_string(
         "portal/email/maintenance.txt",
         {"window": window, "link": _link("portal:maintenance-window", window.pk)},
     )
     return [
-        Notice(
-            user_id=pk,
+        Told(
+            user_id=user_id,
+            owner_id=owner_id,
             kind=NoticeKind.MAINTENANCE_ANNOUNCED,
             key=f"maintenance:{window.pk}",
             subject=f"Maintenance announced: {window.title}",
             body=body,
-            created_at=now,
+            path=reverse("portal:maintenance-window", args=[window.pk]),
+            email=preferences[user_id].maintenance,
+            now=now,
             not_before=max(now, window.announced_at),
         )
-        for pk in sorted(wanted, key=str)
+        for user_id, owner_id in members
     ]
 
 
-def _scan_outages(*, now: datetime) -> list[Notice]:
+def _scan_outages(*, now: datetime) -> list[Told]:
     top = GpuStateTransition.objects.aggregate(top=Max("id"))["top"]
     span = _advance("transitions", top)
     if span is not None:
@@ -245,7 +308,7 @@ def _scan_outages(*, now: datetime) -> list[Notice]:
     return _about_outages(current, now=now)
 
 
-def _about_outages(watches: list[OutageWatch], *, now: datetime) -> list[Notice]:
+def _about_outages(watches: list[OutageWatch], *, now: datetime) -> list[Told]:
     if not watches:
         return []
     gpus = Gpu.objects.in_bulk([w.gpu_id for w in watches])
@@ -263,17 +326,17 @@ def _about_outages(watches: list[OutageWatch], *, now: datetime) -> list[Notice]
     ).values_list("owner_id", "user_id"):
         members[owner_id].add(user_id)
     preferences = _preferences(u for users in members.values() for u in users)
-    out: list[Notice] = []
+    out: list[Told] = []
     for watch in watches:
         gpu = gpus.get(watch.gpu_id)
         if gpu is None or watch.gpu_id not in holders or _in_maintenance(gpu, now):
             continue
         minutes = (now - watch.since).total_seconds() / 60
-        users = sorted({u for o in holders[watch.gpu_id] for u in members[o]}, key=str)
+        concerned = _one_account_each((u, o) for o in holders[watch.gpu_id] for u in members[o])
         down = watch.state == GpuState.DOWN
-        for user_id in users:
+        for user_id, owner_id in concerned:
             pref = preferences[user_id]
-            if not pref.gpu_down or minutes < pref.gpu_down_after_minutes:
+            if minutes < pref.gpu_down_after_minutes:
                 continue
             context = {
                 "gpu": gpu,
@@ -283,14 +346,17 @@ def _about_outages(watches: list[OutageWatch], *, now: datetime) -> list[Notice]
                 "link": _link("portal:gpu", gpu.pk),
             }
             out.append(
-                Notice(
+                Told(
                     user_id=user_id,
+                    owner_id=owner_id,
                     kind=NoticeKind.GPU_DOWN if down else NoticeKind.GPU_SILENT,
                     key=f"gpu:{gpu.pk}:{watch.since.isoformat()}",
                     subject=f"GPU {gpu.serial} {'down' if down else 'silent'} since "
                     f"{watch.since:%Y-%m-%d %H:%M} UTC",
                     body=render_to_string("portal/email/gpu_down.txt", context),
-                    created_at=now,
+                    path=reverse("portal:gpu", args=[gpu.pk]),
+                    email=pref.gpu_down,
+                    now=now,
                     not_before=now,
                 )
             )
@@ -301,7 +367,7 @@ def _micros(at: datetime) -> int:
     return (at - EPOCH) // timedelta(microseconds=1)
 
 
-def _scan_statements(*, now: datetime) -> list[Notice]:
+def _scan_statements(*, now: datetime) -> list[Told]:
     """Statements published since the last tick, by ``published_at`` (a cursor in µs)."""
     top = Statement.objects.filter(status=Statement.Status.PUBLISHED).aggregate(
         top=Max("published_at")
@@ -330,7 +396,7 @@ def _scan_statements(*, now: datetime) -> list[Notice]:
     return _about_statements(published, now=now)
 
 
-def _about_statements(statements: list[Statement], *, now: datetime) -> list[Notice]:
+def _about_statements(statements: list[Statement], *, now: datetime) -> list[Told]:
     if not statements:
         return []
     members: dict[Any, set[Any]] = defaultdict(set)
@@ -339,7 +405,7 @@ def _about_statements(statements: list[Statement], *, now: datetime) -> list[Not
     ).values_list("owner_id", "user_id"):
         members[owner_id].add(user_id)
     preferences = _preferences(u for users in members.values() for u in users)
-    out: list[Notice] = []
+    out: list[Told] = []
     for statement in statements:
         period = period_name(statement.period.start, statement.period.end)
         body = render_to_string(
@@ -351,16 +417,17 @@ def _about_statements(statements: list[Statement], *, now: datetime) -> list[Not
             },
         )
         for user_id in sorted(members[statement.owner_id], key=str):
-            if not preferences[user_id].statement_published:
-                continue
             out.append(
-                Notice(
+                Told(
                     user_id=user_id,
+                    owner_id=statement.owner_id,
                     kind=NoticeKind.STATEMENT_PUBLISHED,
                     key=f"statement:{statement.pk}",
                     subject=f"Statement published: {period}, {statement.currency}",
                     body=body,
-                    created_at=now,
+                    path=reverse("portal:statement", args=[statement.pk]),
+                    email=preferences[user_id].statement_published,
+                    now=now,
                     not_before=now,
                 )
             )

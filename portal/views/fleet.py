@@ -19,6 +19,7 @@ from portal.access import (
     owners_of_user,
 )
 from portal.forms import GpuFilterForm, PeriodForm
+from portal.health import EVENTS_SHOWN, GpuHealth, gpu_health
 from portal.tables import (
     Column,
     Table,
@@ -238,9 +239,13 @@ def gpu_page(request: HttpRequest, gpu_id: Any) -> HttpResponseBase:
     gpu = gpu_for_user(user=user, gpu_id=gpu_id)
     detail = selectors.gpu_detail(user=user, gpu=gpu, now=at)
     history = selectors.gpu_placements(gpu=gpu)
+    health = gpu_health(
+        user=user, gpu=gpu, start=detail.window.start, end=detail.window.end, now=at
+    )
     tables = [
         _days_table(detail),
         _hours_table(detail),
+        *_health_tables(health),
         Table(
             name="placements",
             caption="Placement history",
@@ -289,13 +294,24 @@ def gpu_page(request: HttpRequest, gpu_id: Any) -> HttpResponseBase:
             caption="Maintenance covering this GPU while you hold it",
         ),
     ]
+    # No telemetry ever: say so instead of a strip of no-data hours and empty charts. Telemetry,
+    # but none in the 30 days: the strip shows that; charts with no point are left out.
+    telemetry_ever = detail.last_seen is not None
+    charted = any(
+        m.utilization is not None or m.power_w is not None or m.temp_max_c is not None
+        for m in detail.metrics
+    )
     context = {
         "gpu": gpu,
         "detail": detail,
+        "health": health,
+        "reading": _reading_facts(health),
+        "telemetry_ever": telemetry_ever,
+        "charted": charted,
         "placement": history[-1] if history and history[-1].valid_to is None else None,
         "figures": _figure_cards(detail.figures),
-        "timeline": mark_safe(_timeline(detail)),  # noqa: S308 - built by portal.charts, escaped
-        "charts": [mark_safe(svg) for svg in _charts(detail)],  # noqa: S308 - as above
+        "timeline": mark_safe(_timeline(detail)) if telemetry_ever else "",  # noqa: S308 - built by portal.charts, escaped
+        "charts": [mark_safe(svg) for svg in _charts(detail)] if charted else [],  # noqa: S308 - as above
         "legend": [(key, label, colour) for key, (colour, label) in charts.STATE_STYLE.items()],
         "share": fmt_bps(detail.share_bps),
         "telemetry_label": GpuState(detail.telemetry).label,
@@ -303,6 +319,108 @@ def gpu_page(request: HttpRequest, gpu_id: Any) -> HttpResponseBase:
         "last_seen": fmt_second(detail.last_seen) if detail.last_seen else "never",
     }
     return table_page(request, "portal/gpu.html", context, tables)
+
+
+def _count(value: int | None) -> str:
+    return "not reported" if value is None else f"{value:,}"
+
+
+def _reading_facts(health: GpuHealth) -> list[tuple[str, str]]:
+    """The newest reading's counters as the page lists them."""
+    r = health.reading
+    if r is None:
+        return []
+    pending = {None: "not reported", True: "yes: takes effect at the next reset", False: "no"}
+    return [
+        ("Reading of", fmt_second(r.at)),
+        ("Node", r.node),
+        ("ECC errors, corrected (driver counter)", _count(r.ecc_corrected)),
+        ("ECC errors, uncorrected (driver counter)", _count(r.ecc_uncorrected)),
+        ("Remapped rows, correctable errors", _count(r.remapped_correctable)),
+        ("Remapped rows, uncorrectable errors", _count(r.remapped_uncorrectable)),
+        ("Row remap pending", pending[r.remapped_pending]),
+        ("Retired pages", _count(r.retired_pages)),
+        ("PCIe replays", _count(r.pcie_replays)),
+        (
+            "Temperature, minute's maximum",
+            "not reported" if r.temp_max_c is None else f"{fmt_decimal(r.temp_max_c, 1)} °C",
+        ),
+        (
+            "Power, minute's mean",
+            "not reported" if r.power_avg_w is None else f"{fmt_decimal(r.power_avg_w, 1)} W",
+        ),
+    ]
+
+
+def _health_tables(health: GpuHealth) -> list[Table]:
+    def remap(value: Any) -> str:
+        return "—" if value is None else str(value)
+
+    return [
+        Table(
+            name="events",
+            caption=f"XID and GPU-lost events while you held it (newest {EVENTS_SHOWN})",
+            columns=[
+                Column("When", lambda e: e.occurred_at, text=lambda e: fmt_second(e.occurred_at)),
+                Column("Event", lambda e: e.label),
+                Column(
+                    "Severity",
+                    lambda e: e.severity,
+                    text=lambda e: e.severity or "—",
+                    csv_label="severity",
+                ),
+                Column("What it means", lambda e: e.meaning),
+            ],
+            rows=health.events,
+            empty="No XID, lost or missing GPU events while you held it.",
+        ),
+        Table(
+            name="errors",
+            caption="Days with XID events or ECC errors (last 30 days, UTC)",
+            columns=[
+                Column("Day", lambda d: d.day.date(), text=lambda d: f"{d.day:%a %d %b %Y}"),
+                Column("XID events", lambda d: d.xid_events, numeric=True),
+                Column("ECC corrected", lambda d: d.ecc_corrected, numeric=True),
+                Column("ECC uncorrected", lambda d: d.ecc_uncorrected, numeric=True),
+            ],
+            rows=health.error_days,
+            empty="No XID events and no ECC errors in the last 30 days.",
+        ),
+        Table(
+            name="remaps",
+            caption="Remapped memory rows: each change (last 30 days)",
+            columns=[
+                Column("From", lambda c: c.at, text=lambda c: fmt_second(c.at)),
+                Column(
+                    "Correctable",
+                    lambda c: c.correctable,
+                    text=lambda c: (
+                        f"{remap(c.before[0])} → {remap(c.correctable)}"
+                        if c.before
+                        else f"{remap(c.correctable)} (first reading)"
+                    ),
+                    numeric=True,
+                ),
+                Column(
+                    "Uncorrectable",
+                    lambda c: c.uncorrectable,
+                    text=lambda c: (
+                        f"{remap(c.before[1])} → {remap(c.uncorrectable)}"
+                        if c.before
+                        else f"{remap(c.uncorrectable)} (first reading)"
+                    ),
+                    numeric=True,
+                ),
+                Column(
+                    "Remap pending",
+                    lambda c: c.pending,
+                    text=lambda c: {None: "—", True: "yes", False: "no"}[c.pending],
+                ),
+            ],
+            rows=health.remaps,
+            empty="No remapped-row readings in the last 30 days.",
+        ),
+    ]
 
 
 def _timeline(detail: selectors.GpuDetail) -> str:

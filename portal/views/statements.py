@@ -8,6 +8,7 @@ three downloads are renderings of one report, ``billing.reports.statement_report
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +33,7 @@ from billing.reports.text import (
     utilization_bars,
 )
 from portal.access import statement_for_user, statements_for_user
-from portal.tables import Column, Table, fmt_bps, fmt_when
+from portal.tables import Cell, Column, Table, fmt_bps, fmt_when
 from portal.views.common import earnings_view, table_page, the_user
 
 
@@ -135,11 +136,7 @@ def statement(request: HttpRequest, statement_id: Any) -> HttpResponseBase:
         if report.days is not None
         else [],
         "notes": FIGURE_NOTES,
-        "terms": [
-            (line["position"], line["description"], terms_parts(terms, report.currency))
-            for line, terms in zip(report.lines, report.terms, strict=True)
-            if terms is not None
-        ],
+        "lines": _line_rows(tables[0], report),
         "downloads": [
             (
                 "PDF",
@@ -243,6 +240,54 @@ def _lines_table(r: Report) -> Table:
         rows=[line for line in r.lines if line["kind"] == "gpu"],
         empty="No GPU lines on this statement.",
     )
+
+
+# The columns the page shows in the per-GPU table: what the line is and its money, so the table
+# fits a laptop screen. Each line's other figures (span, hours, utilization, energy) and its
+# terms fold into an expandable row under it; the CSV export keeps every column.
+_LINE_COLUMNS = (
+    "GPU",
+    "Share",
+    "Availability",
+    "Gross",
+    "Hosting fee",
+    "Power cost",
+    "Management fee",
+    "Net",
+)
+
+
+@dataclass(frozen=True)
+class LineRow:
+    """One GPU line as the page shows it: the table's cells, then the folded figures."""
+
+    position: int
+    description: str
+    cells: list[Cell]
+    details: list[tuple[str, str]]
+    terms: list[str]
+
+
+def _line_rows(table: Table, r: Report) -> dict[str, Any]:
+    shown = [i for i, c in enumerate(table.columns) if c.label in _LINE_COLUMNS]
+    folded = [i for i, c in enumerate(table.columns) if c.label not in _LINE_COLUMNS]
+    terms = {
+        line["position"]: terms_parts(t, r.currency)
+        for line, t in zip(r.lines, r.terms, strict=True)
+        if t is not None
+    }
+    lines = [line for line in r.lines if line["kind"] == "gpu"]
+    rows = [
+        LineRow(
+            position=line["position"],
+            description=line["description"],
+            cells=[cells[i] for i in shown],
+            details=[(table.columns[i].label, cells[i].text) for i in folded],
+            terms=terms.get(line["position"], []),
+        )
+        for line, cells in zip(lines, table.body(), strict=True)
+    ]
+    return {"columns": [table.columns[i] for i in shown], "rows": rows}
 
 
 def _adjustments_table(r: Report) -> Table:

@@ -169,17 +169,22 @@ def test_a_moved_gpu_s_lines_name_their_cluster_on_the_page_pdf_and_api(
     answer = client.get(reverse("portal:statement", args=[statement.pk]))
     assert answer.status_code == 200
     page = answer.content.decode()
-    assert "What each GPU line is computed from" in page
-    # The lines table: the moved GPU's two lines named by cluster, each with its own span.
-    cells = re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", page, re.DOTALL)
-    texts = [re.sub(r"<[^>]+>", "", c).strip() for c in cells]
+    # The lines table: the moved GPU's two lines named by cluster, each row followed by its
+    # folded details (its own span among them) and the terms it is computed from.
+    rows = re.findall(
+        r'<tr class="line">(.*?)</tr>\s*<tr class="line-terms">(.*?)</tr>', page, re.S
+    )
+    by_name = {
+        re.sub(r"<[^>]+>", "", row.split("</th>")[0]).strip(): details for row, details in rows
+    }
     for name, start, end in (
         ("GPU SN-1 (cluster A)", "2026-03-01 00:00 UTC", "2026-03-15 06:00 UTC"),
         ("GPU SN-1 (cluster B)", "2026-03-15 06:00 UTC", "2026-04-01 00:00 UTC"),
     ):
-        at = texts.index(name)
-        assert texts[at + 1 : at + 3] == [start, end], texts[at : at + 3]
-    assert "GPU SN-2" in texts
+        details = by_name[name]
+        assert "what it is computed from" in details
+        assert start in details and end in details, (name, details)
+    assert "GPU SN-2" in by_name
     assert "cluster A, 2026-03-01 00:00 to 2026-03-15 06:00 UTC" in page
     assert "cluster B, 2026-03-15 06:00 to 2026-04-01 00:00 UTC" in page
     assert (
