@@ -19,6 +19,7 @@ from accounts.admin_site import DashboardPanel, UtcColumns, dashboard_panel_regi
 from accounts.models import User
 from billing.models import (
     Adjustment,
+    ClusterBilling,
     Payout,
     Period,
     PoolRevenue,
@@ -64,7 +65,14 @@ def _each(admin_: admin.ModelAdmin[Any], request: HttpRequest, objects: Any, run
 
 
 class ServiceForm(forms.ModelForm):  # type: ignore[type-arg]
-    """An add form whose ``clean`` calls the service; its ValidationError lands on the form."""
+    """An add form that writes through its service once, as the last step of validation.
+
+    Only a form that passed every check of its own and of the model calls ``create``; the
+    service's ValidationError lands on the form, and a refused entry writes nothing. Django's
+    own unique checks are left out: the services refuse duplicates with a message that says
+    what to do and the database refuses them whatever the path, while a unique check run
+    after the write would find the new row itself (a payout saved yet shown as a duplicate).
+    """
 
     request: HttpRequest
     created: Any = None
@@ -72,12 +80,15 @@ class ServiceForm(forms.ModelForm):  # type: ignore[type-arg]
     def create(self, data: dict[str, Any], by: User) -> Any:
         raise NotImplementedError
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if self.errors:
-            return data
+    def validate_unique(self) -> None:
+        return None  # the service and the database refuse duplicates (see the docstring)
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        if not self.is_bound or self.errors or self.created is not None:
+            return
         try:
-            self.created = self.create(data, _user(self.request))
+            self.created = self.create(dict(self.cleaned_data), _user(self.request))
         except ValidationError as error:
             if hasattr(error, "error_dict"):
                 for field, errors in error.message_dict.items():
@@ -86,7 +97,6 @@ class ServiceForm(forms.ModelForm):  # type: ignore[type-arg]
                         self.add_error(target, message)
             else:
                 self.add_error(None, error)
-        return data
 
 
 class AddOnlyAdmin[M: Any](UtcColumns[M]):
@@ -385,6 +395,42 @@ class RateCardAdmin(AddOnlyAdmin[RateCard]):
             "card": card,
         }
         return TemplateResponse(request, "admin/billing/ratecard/end.html", context)
+
+
+class PoolBasisForm(ServiceForm):
+    class Meta:
+        model = ClusterBilling
+        fields = ("cluster", "pool_split_basis", "effective_from", "reason")
+        help_texts = {
+            "effective_from": "UTC, the first second of a month: 2026-04-01 00:00:00. A change "
+            "takes effect only at a period's start, and never in a closing or closed period."
+        }
+
+    def create(self, data: dict[str, Any], by: User) -> Any:
+        return revenue.cluster_pool_basis_set(
+            cluster=data["cluster"],
+            basis=data["pool_split_basis"],
+            effective_from=data["effective_from"],
+            reason=data["reason"],
+            by=by,
+        )
+
+
+@admin.register(ClusterBilling)
+class ClusterBillingAdmin(AddOnlyAdmin[ClusterBilling]):
+    """A cluster's pool basis over time: each row holds from its month until the next one."""
+
+    form = PoolBasisForm
+    list_display = (
+        "cluster",
+        "effective_from",
+        "pool_split_basis",
+        "reason",
+        "created_by",
+        "created_at",
+    )
+    list_select_related = ("cluster__site", "created_by")
+    list_filter = ("pool_split_basis",)
 
 
 class RentalForm(ServiceForm):

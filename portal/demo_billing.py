@@ -17,6 +17,7 @@ from django.db.models import Q
 
 from accounts.models import User
 from billing.models import Period, PoolRevenue, RateCard, Rental, Statement
+from billing.selectors.facts import pool_basis_in_force
 from billing.selectors.pending import PendingTelemetry, telemetry_pending
 from billing.services import closing, publishing, revenue
 from fleet.models import Cluster, Gpu, Ownership, Placement
@@ -80,16 +81,16 @@ def demo_backlog(*, period: Period, hostnames: list[str] | None = None) -> Backl
     )
 
 
-def _owned_in(period: Period, gpus: list[Gpu]) -> dict[Gpu, str | None]:
-    """Each GPU's owners' billing currency during the period (None: the operator's own)."""
-    currency: dict[Gpu, str | None] = dict.fromkeys(gpus)
+def _owned_in(period: Period, gpus: list[Gpu]) -> dict[Gpu, set[str]]:
+    """Each GPU's holders' billing currencies during the period (none: the operator's own)."""
+    currencies: dict[Gpu, set[str]] = {gpu: set() for gpu in gpus}
     rows = Ownership.objects.filter(gpu__in=gpus, valid_from__lt=period.end).filter(
         Q(valid_to__isnull=True) | Q(valid_to__gt=period.start)
     )
     by_pk = {gpu.pk: gpu for gpu in gpus}
     for gpu_id, owner_currency in rows.values_list("gpu_id", "owner__billing_currency"):
-        currency[by_pk[gpu_id]] = owner_currency
-    return currency
+        currencies[by_pk[gpu_id]].add(owner_currency)
+    return currencies
 
 
 def demo_revenue_ensure(*, period: Period, by: User) -> None:
@@ -121,9 +122,13 @@ def demo_revenue_ensure(*, period: Period, by: User) -> None:
                 .values("gpu_id")
             ).order_by("serial")
         )
+        # A GPU sold inside the period between owners billed in different currencies is not
+        # rented that month: Steward converts no currencies, and a GPU's revenue is split over
+        # all its holders (docs/accounting.md §9).
         by_currency: dict[str, list[Gpu]] = {}
-        for gpu, owners_currency in _owned_in(period, gpus).items():
-            by_currency.setdefault(owners_currency or "EUR", []).append(gpu)
+        for gpu, currencies in _owned_in(period, gpus).items():
+            if len(currencies) <= 1:
+                by_currency.setdefault(next(iter(currencies), "EUR"), []).append(gpu)
         for currency, rented in sorted(by_currency.items()):
             revenue.rental_create(
                 cluster=clusters["a"],
@@ -136,7 +141,14 @@ def demo_revenue_ensure(*, period: Period, by: User) -> None:
                 by=by,
             )
     if not PoolRevenue.objects.filter(cluster=clusters["b"], period=period).exists():
-        revenue.cluster_pool_basis_set(cluster=clusters["b"], basis="busy_gpu_hours")
+        if pool_basis_in_force(cluster_id=clusters["b"].pk, at=period.start) != "busy_gpu_hours":
+            revenue.cluster_pool_basis_set(
+                cluster=clusters["b"],
+                basis="busy_gpu_hours",
+                effective_from=period.start,
+                reason="Demo: cluster B's pool is split by busy GPU-hours.",
+                by=by,
+            )
         revenue.pool_add(
             cluster=clusters["b"],
             period=period,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import ClassVar
 
 from django.core.validators import MinValueValidator
@@ -14,24 +15,50 @@ from billing.models.fields import money_field
 from billing.models.periods import Period
 from fleet.models import Cluster, Gpu
 
+# Where a cluster's first billing settings begin: the settings it had before they were
+# dated (billing 0008) hold from here, and a cluster with no row at all splits by up seconds.
+BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 class ClusterBilling(models.Model):
-    """Per-cluster billing settings."""
+    """A cluster's billing settings from ``effective_from`` until its next row: effective-dated
+    like rate cards, and only ever added (``billing.services.revenue.cluster_pool_basis_set``),
+    so the history of a setting stays and a computed period keeps the one it was computed
+    with. A row takes effect at the start of a calendar month, a period's start: each period
+    has one set of settings, those in force at its start (``billing.selectors.facts``)."""
 
     class PoolBasis(models.TextChoices):
         UP_SECONDS = "up_seconds", "Up seconds"
         BUSY_GPU_HOURS = "busy_gpu_hours", "Busy GPU-hours"
 
-    cluster = models.OneToOneField(Cluster, on_delete=models.PROTECT, related_name="billing")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="billing_settings")
+    effective_from = models.DateTimeField(
+        help_text="UTC; the first second of a calendar month (a period's start)."
+    )
     pool_split_basis = models.CharField(
         max_length=16,
         choices=PoolBasis.choices,
         default=PoolBasis.UP_SECONDS,
         help_text="How a pool amount is split over the cluster's GPUs.",
     )
+    reason = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        User, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering: ClassVar = ["cluster", "effective_from"]
+        verbose_name = "cluster pool basis"
+        verbose_name_plural = "cluster pool bases"
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["cluster", "effective_from"], name="billing_clusterbilling_one_per_instant"
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"billing of {self.cluster}"
+        return f"billing of {self.cluster} from {self.effective_from:%Y-%m-%d}"
 
 
 class RateCard(models.Model):

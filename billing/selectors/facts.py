@@ -20,8 +20,8 @@ from django.db import connection, models
 from django.db.models import Q
 
 from billing.engine.intervals import Interval, intersect
-from billing.engine.statement import OwnershipSlice, RateTerms, Rental
-from billing.models import RateCard, RentalGpu
+from billing.engine.statement import OwnershipSlice, PoolBasis, RateTerms, Rental
+from billing.models import ClusterBilling, RateCard, RentalGpu
 from billing.models import Rental as RentalRow
 from fleet.models import (
     Cluster,
@@ -37,6 +37,22 @@ from fleet.models import (
 )
 
 FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def pool_basis_in_force(*, cluster_id: uuid.UUID, at: datetime) -> PoolBasis:
+    """How a cluster's pool is split at ``at``: the basis of its latest setting that took
+    effect at or before it, up seconds when it has none. Every reader of the basis asks here.
+
+    For a period, ask at its start: a change takes effect only at a period's start
+    (``cluster_pool_basis_set``), so one basis holds for the whole period, and a period
+    recomputed later (reconciliation) gets the basis it was computed with."""
+    basis = (
+        ClusterBilling.objects.filter(cluster_id=cluster_id, effective_from__lte=at)
+        .order_by("-effective_from")
+        .values_list("pool_split_basis", flat=True)
+        .first()
+    )
+    return PoolBasis(basis) if basis is not None else PoolBasis.UP_SECONDS
 
 
 @dataclass

@@ -35,11 +35,12 @@ from billing.engine.statement import (
     pool_split,
     pool_terms,
 )
-from billing.models import Adjustment, ClusterBilling, Payout, Period, PoolRevenue, Statement
+from billing.models import Adjustment, Payout, Period, PoolRevenue, Statement
 from billing.selectors.facts import (
     GpuFacts,
     cluster_gpu_ids,
     gpu_facts,
+    pool_basis_in_force,
     rate_boundaries,
     rate_terms,
 )
@@ -128,8 +129,7 @@ def _cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> _
         .annotate(total=Sum("amount"))
         .order_by()
     )
-    settings = ClusterBilling.objects.filter(cluster_id=cluster_id).first()
-    basis = PoolBasis(settings.pool_split_basis if settings else PoolBasis.UP_SECONDS)
+    basis = pool_basis_in_force(cluster_id=cluster_id, at=period.start)
     cluster = Cluster.objects.get(pk=cluster_id)
 
     # Revenue in a currency some holder of the GPU is not billed in would be lost to them.

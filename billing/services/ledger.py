@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -11,6 +11,7 @@ from django.db.models import Sum
 
 from accounts.models import Owner, User
 from billing.models import Adjustment, Payout, Period, Statement
+from billing.services.periods import periods_open_require
 
 
 def _cents(name: str, amount: Decimal) -> None:
@@ -76,11 +77,13 @@ def payout_record(
     if not reference.strip():
         raise ValidationError({"reference": "Give the payment's reference."})
     at = datetime(paid_on.year, paid_on.month, paid_on.day, tzinfo=UTC)
-    period = Period.objects.select_for_update().filter(start__lte=at, end__gt=at).first()
-    if period is not None and period.status != Period.Status.OPEN:
-        raise ValidationError(
-            {"paid_on": f"{paid_on} is in period {period}, which is {period.status}."}
-        )
+    periods_open_require(  # the period its date's first second is in
+        start=at,
+        end=at + timedelta(seconds=1),
+        field="paid_on",
+        what=f"A payout dated {paid_on}",
+        instead="Date it in an open period.",
+    )
     Owner.objects.select_for_update().get(pk=owner.pk)  # one payout at a time per owner
     last = _last_published(owner, currency)
     if last is not None and at < last.period.end:
@@ -131,14 +134,16 @@ def adjustment_add(
         raise ValidationError({"amount": "An adjustment of zero changes nothing."})
     if not reason.strip():
         raise ValidationError({"reason": "Say why."})
-    locked = Period.objects.select_for_update().get(pk=period.pk)
-    if locked.status != Period.Status.OPEN:
-        raise ValidationError(
-            {"period": f"Period {locked} is {locked.status}; adjustments go in an open period."}
-        )
+    periods_open_require(
+        start=period.start,
+        end=period.end,
+        field="period",
+        what="The adjustment",
+        instead="Adjustments go in an open period.",
+    )
     return Adjustment.objects.create(
         owner=owner,
-        period=locked,
+        period=period,
         currency=currency,
         amount=amount,
         reason=reason.strip(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
@@ -45,3 +46,33 @@ def period_not_open(*, start: datetime, end: datetime | None) -> Period | None:
     if end is not None:
         overlapping = overlapping.filter(start__lt=end)
     return next((p for p in overlapping if p.status != Period.Status.OPEN), None)
+
+
+def periods_open_require(
+    *,
+    start: datetime,
+    end: datetime | None,
+    field: str,
+    what: str,
+    instead: str | Callable[[Period], str],
+) -> None:
+    """The one guard of every money input: refuses ``what``, which reaches over
+    ``[start, end)`` (``end`` None: open-ended), when that reaches into a period that is
+    closing or closed. Those periods' statements are computed (or published) from the inputs
+    as they were; a change there would reach them only through reconciliation, so it is
+    entered in an open period instead. Takes the periods' locks (``period_not_open``): a close
+    that starts meanwhile waits for the caller's transaction, then sees its change.
+
+    The message names the first such period and says what to do (``instead``: a text, or one
+    made from that period)."""
+    computed = period_not_open(start=start, end=end)
+    if computed is None:
+        return
+    advice = instead(computed) if callable(instead) else instead
+    raise ValidationError(
+        {
+            field: f"{what} reaches into period {computed} ({period_label(computed)}), which "
+            f"is {computed.status}; the statements of a closing or closed period take no "
+            f"changes. {advice}"
+        }
+    )

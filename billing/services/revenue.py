@@ -12,7 +12,7 @@ from django.db.models import Q
 
 from accounts.models import User
 from billing.models import ClusterBilling, Period, PoolRevenue, RateCard, Rental, RentalGpu
-from billing.services.periods import period_not_open
+from billing.services.periods import month_bounds, periods_open_require
 from fleet.models import Cluster, Gpu, Placement
 from fleet.services._common import fmt, lock_gpus, require_instant
 
@@ -31,6 +31,7 @@ def _not_negative(**values: Decimal) -> None:
         raise ValidationError(errors)
 
 
+@transaction.atomic
 def rate_card_create(
     *,
     cluster: Cluster,
@@ -59,6 +60,18 @@ def rate_card_create(
         raise ValidationError({"pue": f"must be at least 1 (got {pue})."})
     if management_fee_pct > 100:
         raise ValidationError({"management_fee_pct": "must be at most 100."})
+    # A period that is closing or closed was computed with the cards in force then: a card
+    # back-dated into it would change them behind its statements' back.
+    periods_open_require(
+        start=effective_from,
+        end=effective_to,
+        field="effective_from",
+        what="The rate card",
+        instead=lambda computed: (
+            f"Start the card at {fmt(computed.end)} or later (correct a "
+            "computed period with an adjustment)."
+        ),
+    )
     overlapping = RateCard.objects.filter(
         Q(effective_to__isnull=True) | Q(effective_to__gt=effective_from),
         cluster=cluster,
@@ -116,20 +129,31 @@ def rate_card_end(*, card: RateCard, at: datetime) -> RateCard:
                 "its end only moves earlier."
             }
         )
-    computed = period_not_open(start=at, end=locked.effective_to)
-    if computed is not None:
-        raise ValidationError(
-            {
-                "at": f"period {computed} is {computed.status} and its statements were "
-                f"computed with this card; end it at {fmt(computed.end)} or later."
-            }
-        )
+    periods_open_require(
+        start=at,
+        end=locked.effective_to,
+        field="at",
+        what=f"Ending the card at {fmt(at)}",
+        instead=lambda computed: (
+            f"They were computed with this card: end it at {fmt(computed.end)} or later."
+        ),
+    )
     locked.effective_to = at
     locked.save(update_fields=["effective_to"])
     return locked
 
 
-def cluster_pool_basis_set(*, cluster: Cluster, basis: str) -> ClusterBilling:
+@transaction.atomic
+def cluster_pool_basis_set(
+    *, cluster: Cluster, basis: str, effective_from: datetime, reason: str, by: User
+) -> ClusterBilling:
+    """How ``cluster``'s pool is split from ``effective_from`` on (until a later change), as
+    a new dated row: the settings before it stay, recorded with who changed them and why.
+
+    A change takes effect only at a period's start — the first second of a calendar month,
+    not inside a period already recorded — so each period is split by one basis, and never
+    in a period that is closing or closed: its statements were split by the basis then, and
+    reconciling it recomputes it with that basis, not with today's."""
     if basis not in ClusterBilling.PoolBasis.values:
         raise ValidationError(
             {
@@ -137,10 +161,55 @@ def cluster_pool_basis_set(*, cluster: Cluster, basis: str) -> ClusterBilling:
                 f"{', '.join(ClusterBilling.PoolBasis.values)}."
             }
         )
-    settings, _ = ClusterBilling.objects.update_or_create(
-        cluster=cluster, defaults={"pool_split_basis": basis}
+    effective_from = require_instant(effective_from, field="effective_from")
+    if effective_from != month_bounds(year=effective_from.year, month=effective_from.month)[0]:
+        raise ValidationError(
+            {
+                "effective_from": f"{fmt(effective_from)} is not the start of a month; a pool "
+                "basis changes only at a period's start (the first second of a calendar "
+                "month, e.g. 2026-04-01T00:00:00Z), so that a period has one basis."
+            }
+        )
+    inside = Period.objects.filter(start__lt=effective_from, end__gt=effective_from).first()
+    if inside is not None:
+        raise ValidationError(
+            {
+                "effective_from": f"{fmt(effective_from)} is inside period {inside}; a pool "
+                f"basis changes only at a period's start (e.g. {fmt(inside.end)})."
+            }
+        )
+    if not reason.strip():
+        raise ValidationError({"reason": "Say why the basis changes."})
+    later = (
+        ClusterBilling.objects.filter(cluster=cluster, effective_from__gt=effective_from)
+        .order_by("effective_from")
+        .first()
     )
-    return settings
+    # Periods' locks first (the close takes them too), then the cluster's: one change of its
+    # settings at a time.
+    periods_open_require(
+        start=effective_from,
+        end=later.effective_from if later is not None else None,
+        field="effective_from",
+        what=f"The change of cluster {cluster}'s pool basis",
+        instead=lambda computed: f"Make it take effect at {fmt(computed.end)} or later.",
+    )
+    Cluster.objects.select_for_update().get(pk=cluster.pk)
+    if ClusterBilling.objects.filter(cluster=cluster, effective_from=effective_from).exists():
+        raise ValidationError(
+            {
+                "effective_from": f"cluster {cluster}'s pool basis already changes at "
+                f"{fmt(effective_from)}; a recorded change is never edited (add one at "
+                "another period's start)."
+            }
+        )
+    return ClusterBilling.objects.create(
+        cluster=cluster,
+        effective_from=effective_from,
+        pool_split_basis=basis,
+        reason=reason.strip(),
+        created_by=by,
+    )
 
 
 def _gpus_outside_cluster(
@@ -222,15 +291,13 @@ def rental_create(
             {"gpus": f"not in cluster {cluster} for the whole rental: {serials}."}
         )
     # Its periods' locks: a close waits for the rental, or the rental for the close.
-    computed = period_not_open(start=starts_at, end=ends_at)
-    if computed is not None:
-        raise ValidationError(
-            {
-                "starts_at": f"the rental reaches into period {computed}, which is "
-                f"{computed.status}; rentals go only into open periods (record a correction "
-                "as an adjustment instead)."
-            }
-        )
+    periods_open_require(
+        start=starts_at,
+        end=ends_at,
+        field="starts_at",
+        what="The rental",
+        instead="Rentals go only into open periods: record a correction as an adjustment.",
+    )
     # One rental of a GPU at a time: its row lock makes a concurrent rental of it wait,
     # then see this one.
     lock_gpus(gpus)
@@ -265,17 +332,16 @@ def pool_add(
     if amount != amount.quantize(Decimal("0.01")):
         raise ValidationError({"amount": f"{amount} has fractions of a cent."})
     with transaction.atomic():
-        locked = Period.objects.select_for_update().get(pk=period.pk)
-        if locked.status != Period.Status.OPEN:
-            raise ValidationError(
-                {
-                    "period": f"period {locked} is {locked.status}; pool amounts "
-                    "can only be added to an open period."
-                }
-            )
+        periods_open_require(
+            start=period.start,
+            end=period.end,
+            field="period",
+            what="The pool amount",
+            instead="Pool amounts go only into open periods.",
+        )
         return PoolRevenue.objects.create(
             cluster=cluster,
-            period=locked,
+            period=period,
             amount=amount,
             currency=_currency(currency),
             description=description,

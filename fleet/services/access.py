@@ -63,7 +63,15 @@ _BILLING_VIEWED = {
 # Revenue entry, periods, payouts and adjustments (each through a service), closing and
 # publishing. Publishing still takes two of them: one requests, another approves.
 _BILLING_ADDED = {
-    "billing": ["period", "ratecard", "rental", "poolrevenue", "payout", "adjustment"],
+    "billing": [
+        "period",
+        "ratecard",
+        "rental",
+        "poolrevenue",
+        "payout",
+        "adjustment",
+        "clusterbilling",
+    ],
 }
 _BILLING_EXTRA = [("billing", "close_period"), ("billing", "publish_statement")]
 

@@ -268,7 +268,9 @@ def moved_pools_world(by: User) -> dict[str, Any]:
         price_per_kwh=D("0.25"),
         management_fee_pct=D("12.5"),
     )
-    cluster_pool_basis_set(cluster=b, basis="busy_gpu_hours")
+    cluster_pool_basis_set(
+        cluster=b, basis="busy_gpu_hours", effective_from=MARCH[0], reason="test", by=by
+    )
     # SN-1's counter runs on across the move: 20,521 minutes from 28 February 23:59.
     s.windows(sn1, MARCH[0] - MINUTE, MOVE, node=f.node)
     s.windows(sn1, MOVE, MARCH[1], node=b_fleet.node, energy_start=20_521 * 36_000_000)

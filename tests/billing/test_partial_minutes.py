@@ -29,7 +29,13 @@ UTC = dt.UTC
 def restart_world(oscar, disclosure):
     world = s.worked_example(oscar, change=s.agent_restart_at_transfer)
     period = period_for_month(year=2026, month=3)
-    cluster_pool_basis_set(cluster=world["fleet"].cluster, basis="busy_gpu_hours")
+    cluster_pool_basis_set(
+        cluster=world["fleet"].cluster,
+        basis="busy_gpu_hours",
+        effective_from=period.start,
+        reason="worked example 2",
+        by=oscar,
+    )
     pool_add(
         cluster=world["fleet"].cluster,
         period=period,

