@@ -4,6 +4,7 @@ from portal.views import (
     account,
     auth,
     disclosure,
+    earnings,
     events,
     fleet,
     integrations,
@@ -23,6 +24,7 @@ urlpatterns = [
     path("maintenance/", events.maintenance, name="maintenance"),
     path("maintenance/<int:window_id>/", events.maintenance_window, name="maintenance-window"),
     path("payouts/", money.payouts, name="payouts"),
+    path("earnings/", earnings.earnings, name="earnings"),
     path("statements/", statements.statements, name="statements"),
     path("statements/<uuid:statement_id>/", statements.statement, name="statement"),
     path(

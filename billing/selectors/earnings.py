@@ -12,24 +12,46 @@ one amount the operator enters for a cluster and period, usually after it ends. 
 cluster the owner's GPUs were in has its pool entered (``pool_pending``), the revenue is
 incomplete: the costs so far are real, yet gross − costs would set them against revenue
 that is partly missing, so such a figure carries no net (``net_shown`` is None).
+
+Only what the figures need is computed (``_preliminary_lines``): the lines of these owners'
+GPUs, without the frozen inputs, content and hash a stored draft carries, and with cells cut
+where the statements cut them except at each midnight (a statement's cells end at every UTC
+midnight for its report's days; midnights are hour boundaries, so every measure is the same).
+A cluster's other GPUs are computed too when they can change these lines or refuse them as
+the close would: when a pool is entered (it is split over all the cluster's GPUs) or when
+rate cards leave part of the period uncovered (any GPU in service then refuses the period).
+``tests/billing/test_earnings_lean.py`` holds the sums equal to ``statements_compute``'s.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections import defaultdict
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import Count, Q, Sum
 
 from accounts.models import Disclosure, Owner
-from billing.engine.intervals import Interval, intersect
+from billing.engine.intervals import Interval, intersect, subtract
+from billing.engine.statement import (
+    GpuInputs,
+    Line,
+    OwnershipSlice,
+    PoolBasis,
+    gpu_lines,
+    pool_split,
+)
 from billing.models import Period, PoolRevenue, Statement, StatementLine
-from billing.services.computing import statements_compute
+from billing.selectors.facts import GpuFacts, rate_boundaries
+from billing.selectors.usage import cells_load_many
+from billing.services.computing import _cluster_facts, _ClusterFacts, _clusters_in
 from fleet.models import Ownership, Placement
+from telemetry.services.collector import collector_paused
 
 ZERO = Decimal("0.00")
 # The costs every net figure has had taken off, in the statements' order.
@@ -71,8 +93,8 @@ class Earnings:
         return self.net if self.revenue_complete else None
 
 
-def _sum(lines: Sequence[dict[str, Any]], name: str) -> Decimal:
-    return sum((Decimal(line[name]) for line in lines), ZERO)
+def _total(amounts: Iterable[Decimal]) -> Decimal:
+    return sum(amounts, ZERO)
 
 
 def owner_earnings(
@@ -139,18 +161,13 @@ def owner_earnings(
     if pending:
         # Usage is counted in whole seconds: the running period ends at the last one.
         until = min(now.replace(microsecond=0), period.end)
-        drafts = statements_compute(
-            period=period, disclosure=disclosure, owner_ids=pending, until=until
-        )
+        found = _preliminary_lines(period=period, owner_ids=pending, until=until)
         awaiting = pools_pending(
             period=period,
-            owner_ids=[uuid.UUID(k) for k, _ in drafts],
+            owner_ids=[uuid.UUID(k) for k, _ in found],
             window=Interval(period.start, until),
         )
-        for (owner_key, currency), draft in sorted(drafts.items()):
-            if not draft.gpu_lines:
-                continue
-            lines = draft.gpu_lines
+        for (owner_key, currency), lines in sorted(found.items()):
             out.append(
                 Earnings(
                     owner_id=uuid.UUID(owner_key),
@@ -161,15 +178,115 @@ def owner_earnings(
                     final=False,
                     statement_id=None,
                     lines=len(lines),
-                    gross=_sum(lines, "gross"),
-                    hosting_fee=_sum(lines, "hosting_fee"),
-                    power_cost=_sum(lines, "power_cost"),
-                    management_fee=_sum(lines, "management_fee"),
-                    net=_sum(lines, "net"),
+                    gross=_total(line.gross for line in lines),
+                    hosting_fee=_total(line.hosting_fee for line in lines),
+                    power_cost=_total(line.power_cost for line in lines),
+                    management_fee=_total(line.management_fee for line in lines),
+                    net=_total(line.net for line in lines),
                     pool_pending=(owner_key, currency) in awaiting,
                 )
             )
     return sorted(out, key=lambda e: (str(e.owner_id), e.currency))
+
+
+def _preliminary_lines(
+    *, period: Period, owner_ids: Collection[str], until: datetime
+) -> dict[tuple[str, str], list[Line]]:
+    """The GPU lines ``statements_compute(period=…, owner_ids=…, until=…)`` would give these
+    owners, per (owner id, currency) with at least one line; the same ``ValidationError``
+    when it would refuse. Raises nothing for another owner's GPU it need not compute."""
+    wanted = set(owner_ids)
+    window = Interval(period.start, min(until, period.end))
+    period_seconds = int((period.end - period.start).total_seconds())
+    with collector_paused():
+        prepared = [
+            p
+            for p in (_cluster_facts(period, window, c) for c in _clusters_in(window, wanted))
+            if p is not None
+        ]
+        groups = []
+        for p in prepared:
+            chosen = p.facts if _whole_cluster(p, window) else _held_by(p, wanted)
+            cuts = set().union(*(rate_boundaries(t, window) for t in p.terms.values()))
+            groups.append((chosen, {f.gpu_id: cuts for f in chosen}))
+        usages = cells_load_many(groups=groups) if groups else []
+    found: dict[tuple[str, str], list[Line]] = defaultdict(list)
+    for p, (chosen, _), usage in zip(prepared, groups, usages, strict=True):
+        for currency in p.currencies:
+            inputs = [
+                (
+                    fact,
+                    GpuInputs(
+                        key=fact.serial,
+                        timeline=usage[fact.gpu_id],
+                        ownership=[
+                            OwnershipSlice(s.interval, shares)
+                            for s in fact.ownership
+                            if (
+                                shares := {
+                                    o: bps
+                                    for o, bps in s.shares.items()
+                                    if p.currency_of[o] == currency
+                                }
+                            )
+                        ],
+                        rentals=[r for c, r in fact.rentals if c == currency],
+                    ),
+                )
+                for fact in chosen
+            ]
+            pool_amount = p.pools.get(currency) or Decimal("0.00")
+            try:
+                parts = pool_split(
+                    period=window,
+                    gpus=[g for _, g in inputs],
+                    pool_amount=pool_amount,
+                    pool_basis=p.basis,
+                )
+            except ValueError as exc:  # as the close words it (``computing._cluster_lines``)
+                raise ValidationError(
+                    {
+                        "pool": f"The {currency} {pool_amount} pool of cluster {p.cluster} in "
+                        f"{period} cannot be split: no GPU of the cluster has any "
+                        f"{'up time' if p.basis == PoolBasis.UP_SECONDS else 'busy GPU-hours'} "
+                        "in the period to split it by. Correct or remove the pool entry."
+                    }
+                ) from exc
+            for fact, gpu in inputs:
+                if not gpu.ownership:
+                    continue
+                try:
+                    result = gpu_lines(
+                        period=window,
+                        gpu=gpu,
+                        pool_cents=parts[gpu.key],
+                        pool_basis=p.basis,
+                        rates=p.terms[currency],
+                        period_seconds=period_seconds,
+                    )
+                except ValueError as exc:
+                    raise ValidationError(
+                        {"rate_card": f"Cluster {p.cluster}, {currency}, GPU {fact.serial}: {exc}."}
+                    ) from exc
+                for line in result.lines:
+                    if line.owner in wanted:
+                        found[line.owner, currency].append(line)
+    return dict(found)
+
+
+def _whole_cluster(prepared: _ClusterFacts, window: Interval) -> bool:
+    """Whether every GPU of the cluster bears on these owners' lines: a pool is entered (its
+    split weighs them all), or some time of the window has no rate card in a currency (a GPU
+    in service then makes the close refuse the period)."""
+    if any(prepared.pools.get(c) for c in prepared.currencies):
+        return True
+    return any(
+        subtract([window], [t.interval for t in prepared.terms[c]]) for c in prepared.currencies
+    )
+
+
+def _held_by(prepared: _ClusterFacts, owners: set[str]) -> list[GpuFacts]:
+    return [f for f in prepared.facts if owners & set(f.owner_ids())]
 
 
 def pools_pending(
