@@ -5,9 +5,10 @@ PostgreSQL aggregate them in two set-wise queries: hourly rollups for the whole 
 cell, windows for the partial hours at its ends. ``timeline_load`` reads the raw minutes into
 ``GpuTimeline``, the reference implementation; both give identical measures (tested).
 
-A window's energy is its counter's increase over the GPU's previous reading (the latest
-earlier window that carries a counter, however long before), or its own value when the
-counter went backwards (a reset) — exactly as ``telemetry.services.derived`` computes rollups.
+A window's energy is its counter's increase over the GPU's previous reading (rule 6 of
+docs/accounting.md: in its hour, else in the two days before, else across a silence), or its
+own value when the counter went backwards (a reset) — exactly as ``telemetry.services.derived``
+computes rollups, with the same SQL for the hour's first reading.
 A window's up or down seconds (and busy: utilization × up seconds) are only those its agent
 observed, ``[window_start + observed_from, window_start + observed_to)``, as the rollups count
 them; its energy is spread over the whole minute, so a range that cuts the minute takes it pro
@@ -41,26 +42,27 @@ from billing.engine.usage import (
     round_hour_figure,
 )
 from billing.selectors.facts import GpuFacts
+from telemetry.services.derived import energy_reading_before_sql
 
 HOUR = timedelta(hours=1)
 
-# The previous reading: the latest earlier window nearly always carries one (one probe);
-# otherwise the readings before it are searched.
-_DELTA = """
+# The previous reading (docs/accounting.md rule 6): the latest earlier reading in the window's
+# own hour, else the one the rollups take for the hour's first reading (the same SQL).
+_DELTA = f"""
 LEFT JOIN LATERAL (
-    SELECT coalesce(last.energy_mj, (
-               SELECT r.energy_mj FROM telemetry_window r
-                WHERE r.gpu_id = w.gpu_id AND r.window_start < last.window_start
-                  AND r.energy_mj IS NOT NULL
-                ORDER BY r.window_start DESC LIMIT 1)) AS energy_mj
-      FROM (SELECT p.window_start, p.energy_mj FROM telemetry_window p
-             WHERE p.gpu_id = w.gpu_id AND p.window_start < w.window_start
-             ORDER BY p.window_start DESC LIMIT 1) AS last) AS prev ON true
+    SELECT coalesce((
+               SELECT p.energy_mj FROM telemetry_window p
+                WHERE p.gpu_id = w.gpu_id AND p.window_start < w.window_start
+                  AND p.window_start >= date_trunc('hour', w.window_start, 'UTC')
+                  AND p.energy_mj IS NOT NULL
+                ORDER BY p.window_start DESC LIMIT 1), (
+               {energy_reading_before_sql("w.gpu_id", "date_trunc('hour', w.window_start, 'UTC')")}
+           )) AS energy_mj) AS prev ON true
 CROSS JOIN LATERAL (SELECT CASE
     WHEN w.energy_mj IS NULL OR prev.energy_mj IS NULL THEN 0
     WHEN w.energy_mj >= prev.energy_mj THEN w.energy_mj - prev.energy_mj
     ELSE w.energy_mj END AS delta_mj) AS d
-"""
+"""  # noqa: S608 - constants only, no input
 
 # Per range and hour: up and down seconds (the range's overlap with each window's observed
 # span, ``seen``), busy (utilization × those up seconds), and energy × seconds (the counter

@@ -24,13 +24,14 @@ Races, and why none loses work:
   one could land last.
 
 A window's ECC deltas are taken against the GPU's previous window within ``LOOKAROUND``
-(2 days); its energy against the GPU's previous *reading* (the latest earlier window that
-carries an energy counter), however long before: a window without a reading, or a silence of
-any length, leaves the energy to the next reading rather than dropping it. A counter that went
-backwards was reset (driver reload), so the delta is the new value itself. A late window
-changes the next window's transition and ECC delta (within ``LOOKAROUND``) and the next
-reading's energy delta (at any distance). Hence a marked run of hours is recomputed together
-with the hour of the first window after it and the hour of the first reading after it.
+(2 days); its energy against the GPU's previous *reading* (docs/accounting.md rule 6: in its
+hour, else in the 2 days before, else across a silence of any length): a window without a
+reading, or a silence, leaves the energy to the next reading rather than dropping it. A
+counter that went backwards was reset (driver reload), so the delta is the new value itself.
+A late window changes the next window's transition and ECC delta (within ``LOOKAROUND``) and
+the next reading's energy delta (at any distance). Hence a marked run of hours is recomputed
+together with the hour of the first window after it and the hour of the first reading after
+it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from telemetry.services.incidents import incidents_from_events
 from telemetry.services.state_events import ISLANDS, gpu_state_events_emit
 
 LOOKAROUND = dt.timedelta(days=2)
+_AROUND = "interval '2 days'"  # LOOKAROUND in SQL, where a query is built, not parameterised
 WINDOW = dt.timedelta(seconds=60)
 MJ_PER_KWH = 3_600_000_000
 # pg_advisory_xact_lock key of the derived pass (and of rollups_rebuild): "derived" in ASCII.
@@ -173,7 +175,8 @@ ON CONFLICT (gpu_id, at) DO UPDATE
 
 # The marked hours, the hour of the first window after each island (its ECC deltas are
 # taken against a window the island may have changed) and the hour of the first energy reading
-# after it, however far (its energy delta is taken against the island's last reading).
+# after it, however far (its previous reading may now lie in the island, or a window of the
+# island may break the silence it was taken across).
 _HOURS_FROM_CLAIM = """
 INSERT INTO telemetry_touched_hours (gpu_id, hour)
 SELECT gpu_id, hour FROM telemetry_claimed
@@ -199,19 +202,33 @@ def _delta(column: str, *, first: str = "w.rn = 1", before: str = "prev") -> str
     )
 
 
-# A GPU's latest energy reading before an instant, however old (``{gpu}``, ``{before}``: SQL
-# of the GPU and the instant). Its latest window before the instant nearly always carries one:
-# one index probe. Otherwise the readings before that window are searched.
-def _reading_before(gpu: str, before: str) -> str:
+def energy_reading_before_sql(gpu: str, hour: str) -> str:
+    """SQL of a GPU's previous energy reading for the first reading of a UTC hour
+    (docs/accounting.md rule 6): the latest reading in the two days before the hour; and when
+    the GPU sent no window at all in those two days (a silence), the reading of its last
+    window before them, however old. ``gpu`` and ``hour`` are SQL expressions.
+
+    Bounded by the hour, so PostgreSQL prunes the partitions it probes: the latest window of
+    the two days nearly always carries the reading (one index probe); only a silence longer
+    than that searches further back."""
     return f"""
-        SELECT coalesce(last.energy_mj, (
-                   SELECT r.energy_mj FROM telemetry_window r
-                    WHERE r.gpu_id = {gpu} AND r.window_start < last.window_start
-                      AND r.energy_mj IS NOT NULL
-                    ORDER BY r.window_start DESC LIMIT 1)) AS energy_mj
-          FROM (SELECT pw.window_start, pw.energy_mj FROM telemetry_window pw
-                 WHERE pw.gpu_id = {gpu} AND pw.window_start < {before}
-                 ORDER BY pw.window_start DESC LIMIT 1) AS last"""  # noqa: S608 - constants only
+        SELECT CASE WHEN near.window_start IS NULL THEN (
+                        SELECT far.energy_mj FROM telemetry_window far
+                         WHERE far.gpu_id = {gpu} AND far.window_start < {hour} - {_AROUND}
+                         ORDER BY far.window_start DESC LIMIT 1)
+                    ELSE coalesce(near.energy_mj, (
+                        SELECT r.energy_mj FROM telemetry_window r
+                         WHERE r.gpu_id = {gpu} AND r.window_start < near.window_start
+                           AND r.window_start >= {hour} - {_AROUND}
+                           AND r.energy_mj IS NOT NULL
+                         ORDER BY r.window_start DESC LIMIT 1))
+               END AS energy_mj
+          FROM (SELECT 1) AS one
+          LEFT JOIN LATERAL (
+                SELECT pw.window_start, pw.energy_mj FROM telemetry_window pw
+                 WHERE pw.gpu_id = {gpu} AND pw.window_start < {hour}
+                   AND pw.window_start >= {hour} - {_AROUND}
+                 ORDER BY pw.window_start DESC LIMIT 1) AS near ON true"""  # noqa: S608
 
 
 _ROLLUPS = f"""
@@ -240,7 +257,7 @@ SELECT h.gpu_id, h.hour,
          WHERE pw.gpu_id = h.gpu_id AND pw.window_start < h.hour
            AND pw.window_start >= h.hour - %(around)s
          ORDER BY pw.window_start DESC LIMIT 1) AS prev ON true
-  LEFT JOIN LATERAL ({_reading_before("h.gpu_id", "h.hour")}) AS reading ON true
+  LEFT JOIN LATERAL ({energy_reading_before_sql("h.gpu_id", "h.hour")}) AS reading ON true
   LEFT JOIN LATERAL (
         SELECT x.window_start, x.state, x.util_gpu_avg, x.temp_max_c,
                x.observed_to - x.observed_from AS observed,
