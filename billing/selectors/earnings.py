@@ -97,6 +97,27 @@ def _total(amounts: Iterable[Decimal]) -> Decimal:
     return sum(amounts, ZERO)
 
 
+def statement_gpu_sums(*, statements: Collection[Statement]) -> dict[uuid.UUID, dict[str, Any]]:
+    """Per statement, its GPU lines summed (``lines``, ``gross``, each fee, ``net``), one
+    query; a statement with no GPU line is absent."""
+    return {
+        row["statement_id"]: dict(row)
+        for row in StatementLine.objects.filter(
+            statement__in=[s.pk for s in statements], kind=StatementLine.Kind.GPU
+        )
+        .values("statement_id")
+        .annotate(
+            lines=Count("id"),
+            gross=Sum("gross"),
+            hosting_fee=Sum("hosting_fee"),
+            power_cost=Sum("power_cost"),
+            management_fee=Sum("management_fee"),
+            net=Sum("net"),
+        )
+        .order_by()
+    }
+
+
 def owner_earnings(
     *,
     owner_ids: Collection[uuid.UUID],
@@ -121,22 +142,7 @@ def owner_earnings(
         else Statement.objects.none()
     )
     statements = list(published.order_by("owner_id", "currency"))
-    sums: dict[uuid.UUID, dict[str, Any]] = {
-        row["statement_id"]: dict(row)
-        for row in StatementLine.objects.filter(
-            statement__in=[s.pk for s in statements], kind=StatementLine.Kind.GPU
-        )
-        .values("statement_id")
-        .annotate(
-            lines=Count("id"),
-            gross=Sum("gross"),
-            hosting_fee=Sum("hosting_fee"),
-            power_cost=Sum("power_cost"),
-            management_fee=Sum("management_fee"),
-            net=Sum("net"),
-        )
-        .order_by()
-    }
+    sums = statement_gpu_sums(statements=statements)
     for statement in statements:
         row = sums.get(statement.pk, {})
         out.append(

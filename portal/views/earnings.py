@@ -15,9 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
-from django.db.models import Sum
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import render
 from django.utils.safestring import mark_safe
@@ -25,6 +23,7 @@ from django.utils.safestring import mark_safe
 from accounts.models import Owner, User
 from billing.engine.intervals import Interval, intersect
 from billing.models import RentalGpu, Statement, StatementLine
+from billing.selectors.earnings import statement_gpu_sums
 from fleet.models import Gpu
 from portal import charts
 from portal.access import owners_of_user, statements_for_user
@@ -94,21 +93,7 @@ class GpuRow:
 
 
 def period_rows(statements: list[Statement]) -> list[PeriodRow]:
-    sums: dict[uuid.UUID, dict[str, Any]] = {
-        row["statement_id"]: dict(row)
-        for row in StatementLine.objects.filter(
-            statement__in=[s.pk for s in statements], kind=StatementLine.Kind.GPU
-        )
-        .values("statement_id")
-        .annotate(
-            gross=Sum("gross"),
-            hosting_fee=Sum("hosting_fee"),
-            power_cost=Sum("power_cost"),
-            management_fee=Sum("management_fee"),
-            net=Sum("net"),
-        )
-        .order_by()
-    }
+    sums = statement_gpu_sums(statements=statements)
     rows = []
     for statement in statements:
         row = sums.get(statement.pk, {})
