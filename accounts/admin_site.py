@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -27,6 +27,7 @@ from django_otp import user_has_device
 
 from accounts import admin_views
 from accounts.services import otp_device_verify
+from core.instants import utc_text
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,7 @@ def dashboard_panels() -> list[DashboardPanel]:
 
 def utc(value: datetime | None, *, seconds: bool = True) -> str:
     """An instant as the console shows it: ``2026-03-01 09:00:00 UTC`` (``—`` for none)."""
-    if value is None:
-        return "—"
-    return value.astimezone(UTC).strftime(
-        "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC"
-    )
+    return "—" if value is None else utc_text(value, seconds=seconds)
 
 
 def _utc_column(model: type[models.Model], name: str) -> Callable[[Any], str]:

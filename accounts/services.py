@@ -31,6 +31,7 @@ from accounts.models import (
     User,
     validate_scopes,
 )
+from core.locks import lock
 
 
 def user_create(
@@ -295,9 +296,9 @@ def disclosure_publish(*, version: str, text: str, at: datetime | None = None) -
 def disclosure_standard_ensure() -> Disclosure:
     """The first version (the standard text) if no disclosure was ever published; otherwise
     the current one. Safe to call at every start."""
-    current = Disclosure.objects.select_for_update().filter(published_at__isnull=False).first()
-    if current is not None:
-        return current
+    published = lock(Disclosure.objects.filter(published_at__isnull=False))
+    if published:
+        return max(published, key=lambda d: (d.published_at, d.created_at))
     return disclosure_publish(version=STANDARD_DISCLOSURE_VERSION, text=STANDARD_DISCLOSURE_TEXT)
 
 
@@ -433,10 +434,8 @@ def partner_grant_create(
     if not (by.is_staff or _is_admin(user=by, owner=owner)):
         raise ValidationError("Only an admin of the owner account can grant partner access.")
     now = timezone.now()
-    live = PartnerGrant.objects.select_for_update().filter(
-        owner=owner, partner=partner, revoked_at__isnull=True
-    )
-    before = [g.scopes for g in live]
+    live = PartnerGrant.objects.filter(owner=owner, partner=partner, revoked_at__isnull=True)
+    before = [g.scopes for g in lock(live)]
     live.update(revoked_at=now, revoked_by=by)
     grant = PartnerGrant.objects.create(
         owner=owner, partner=partner, scopes=_scopes_clean(scopes), granted_by=by, granted_at=now

@@ -230,6 +230,15 @@ def _last_month_story(
     her node, a GPU of Bob's silent for six hours, and a sale from Alice to Bob at a second."""
     month = datetime(now.year - (now.month == 1), (now.month - 2) % 12 + 1, 1, tzinfo=UTC)
     lost_gpu = cluster_a[2]  # fra1-a-n01, slot 2: the scenario's gpu_lost / recover
+    # The sale first: the seeding is one transaction, and GPUs are locked before incidents.
+    ownership.ownership_transfer(
+        gpus=cluster_a[12:14],
+        from_owner=alice,
+        to=[ownership.ShareTo(bob, 10_000)],
+        at=month + timedelta(days=19, hours=12, seconds=30),
+        by=operator,
+        reason="Demo: Alice sold two more GPUs to Bob (contract C-23), at 12:00:30.",
+    )
     incident = operations.incident_open(
         scope=lost_gpu,
         title="GPU fell off the bus (Xid 79)",
@@ -249,14 +258,6 @@ def _last_month_story(
         starts_at=month + timedelta(days=14, hours=2),
         ends_at=month + timedelta(days=14, hours=4),
         by=operator,
-    )
-    ownership.ownership_transfer(
-        gpus=cluster_a[12:14],
-        from_owner=alice,
-        to=[ownership.ShareTo(bob, 10_000)],
-        at=month + timedelta(days=19, hours=12, seconds=30),
-        by=operator,
-        reason="Demo: Alice sold two more GPUs to Bob (contract C-23), at 12:00:30.",
     )
 
 

@@ -17,6 +17,8 @@ from typing import Any
 from django.http import HttpRequest, StreamingHttpResponse
 from django.utils.text import slugify
 
+from core.instants import iso_z
+
 # ---- formatting ----------------------------------------------------------------------------
 
 DASH = "—"
@@ -67,7 +69,7 @@ def csv_value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return iso_z(value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     text = str(value)

@@ -23,6 +23,8 @@ from django.utils import timezone
 
 from accounts.models import Partner, PartnerGrant, User
 from accounts.services import AuditEvent, audit_log
+from core.instants import iso_z
+from core.locks import lock, lock_one
 from webhooks import guard, sender, signing
 from webhooks.models import (
     EventType,
@@ -145,7 +147,7 @@ def endpoint_update(
     enabled: bool = _UNSET,
 ) -> WebhookEndpoint:
     """Changes what is given; enabling clears the reason it was disabled."""
-    endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+    endpoint = lock_one(WebhookEndpoint.objects.filter(pk=endpoint.pk))
     before = _snapshot(endpoint)
     if url is not _UNSET:
         endpoint.url = _url_clean(url)
@@ -172,7 +174,7 @@ def endpoint_update(
 def endpoint_rotate_secret(*, endpoint: WebhookEndpoint, by: User | None) -> EndpointWithSecret:
     """A new secret, shown once; the previous one keeps signing (a second signature) for
     ``WEBHOOK_ROTATION_GRACE_S``, so receivers can switch without losing a message."""
-    endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+    endpoint = lock_one(WebhookEndpoint.objects.filter(pk=endpoint.pk))
     now = timezone.now()
     endpoint.secret_generation += 1
     endpoint.previous_secret_valid_until = now + dt.timedelta(
@@ -200,7 +202,7 @@ def endpoint_rotate_secret(*, endpoint: WebhookEndpoint, by: User | None) -> End
 @transaction.atomic
 def endpoint_delete(*, endpoint: WebhookEndpoint, by: User | None) -> None:
     """Removes the endpoint and its delivery log; nothing more is sent to it."""
-    endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+    endpoint = lock_one(WebhookEndpoint.objects.filter(pk=endpoint.pk))
     audit_log(
         actor=by,
         events=[AuditEvent.of(endpoint, action="webhook.delete", before=_snapshot(endpoint))],
@@ -299,7 +301,7 @@ def payload(*, event: WebhookEvent, owner_ids: Sequence[uuid.UUID]) -> dict[str,
     ]
     return {
         "type": event.type,
-        "timestamp": event.created_at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
+        "timestamp": iso_z(event.created_at),
         "data": {**event.data, "owners": owners},
     }
 
@@ -395,7 +397,7 @@ def _record(
 ) -> AttemptResult:
     now = timezone.now()
     Status = WebhookDelivery.Status
-    if not WebhookDelivery.objects.select_for_update().filter(pk=delivery.pk).exists():
+    if not lock(WebhookDelivery.objects.filter(pk=delivery.pk)):
         return AttemptResult(status="")  # its endpoint was deleted meanwhile
     WebhookAttempt.objects.create(
         delivery=delivery,
@@ -525,7 +527,7 @@ def deliveries_queue(*, ids: Sequence[uuid.UUID]) -> None:
 def delivery_replay(*, delivery: WebhookDelivery, by: User | None) -> WebhookDelivery:
     """Sends the event to the endpoint again, as a new delivery (same ``webhook-id``, so a
     receiver that already processed it can tell)."""
-    endpoint = WebhookEndpoint.objects.select_for_update().get(pk=delivery.endpoint_id)
+    endpoint = lock_one(WebhookEndpoint.objects.filter(pk=delivery.endpoint_id))
     if not endpoint.enabled:
         raise ValidationError({"endpoint": "The endpoint is disabled; enable it, then replay."})
     event = WebhookEvent.objects.get(pk=delivery.event_id)

@@ -32,6 +32,7 @@ from billing.engine.usage import (
     Measure,
     round_hour_figure,
 )
+from core.instants import iso_z
 
 SECOND = timedelta(seconds=1)
 
@@ -214,10 +215,8 @@ class CellUsage:
         )
 
 
-@functools.lru_cache(maxsize=4096)
-def _iso(at: datetime) -> str:
-    """Cached: a close writes the same instants (midnights, cuts) for every GPU."""
-    return at.isoformat().replace("+00:00", "Z")
+# Cached: a close writes the same instants (midnights, cuts) for every GPU.
+_iso = functools.lru_cache(maxsize=4096)(iso_z)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -35,6 +35,7 @@ from billing.engine.statement import (
     gpu_lines,
 )
 from billing.engine.usage import Measure, exact_decimal
+from core.instants import iso_z
 
 SIX = Decimal("0.000001")
 CENT = Decimal("0.01")
@@ -63,10 +64,8 @@ def sha256_hex(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
-@functools.lru_cache(maxsize=4096)
-def iso(at: datetime) -> str:
-    """Cached: a close writes the same instants (period bounds, cuts) for every GPU."""
-    return at.isoformat().replace("+00:00", "Z")
+# Cached: a close writes the same instants (period bounds, cuts) for every GPU.
+iso = functools.lru_cache(maxsize=4096)(iso_z)
 
 
 def parse(text: str) -> datetime:

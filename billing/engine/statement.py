@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
@@ -21,6 +20,7 @@ from typing import Protocol
 from billing.engine.intervals import Interval, intersect, subtract
 from billing.engine.money import CENT, money_context, round_cents, split_largest_remainder
 from billing.engine.usage import Measure
+from core.instants import utc_text
 
 FULL_BPS = 10_000
 OPERATOR = "operator"
@@ -181,13 +181,9 @@ def _uncharged_gap(gap: Interval, measure: Measure, revenue: Fraction) -> None:
     error the operator must fix with a rate card."""
     if measure.in_service_s or measure.energy_kwh or revenue:
         raise ValueError(
-            f"no rate card is in force from {_iso(gap.start)} to {_iso(gap.end)}, while "
+            f"no rate card is in force from {utc_text(gap.start)} to {utc_text(gap.end)}, while "
             "the GPU was in service there; add a rate card that covers it"
         )
-
-
-def _iso(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def cluster_lines(

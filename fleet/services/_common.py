@@ -4,37 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, models
 
+from core.instants import iso_z
+from core.locks import lock
 from fleet.models import Gpu
 
-
-def fmt(at: datetime) -> str:
-    """An instant as operators read it in messages: ISO 8601, UTC (with its fraction of a
-    second, if it has one)."""
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def require_instant(value: datetime, *, field: str) -> datetime:
-    """Accepts aware datetimes on a whole second (slices are exact to the second)."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError({field: f"{value} has no time zone; give an aware UTC instant."})
-    if value.microsecond:
-        raise ValidationError(
-            {field: f"{fmt(value)} has a fraction of a second; changes happen on whole seconds."}
-        )
-    return value.astimezone(UTC)
-
-
-def require_reason(reason: str) -> str:
-    reason = reason.strip()
-    if not reason:
-        raise ValidationError({"reason": "A reason is required: say why this change is made."})
-    return reason
+# Until billing's services import them from core (issue 21, item 10).
+fmt = iso_z
+from core.inputs import require_instant, require_reason  # noqa: E402, F401
 
 
 def lock_gpus(gpus: Iterable[Gpu]) -> list[Gpu]:
@@ -42,12 +23,7 @@ def lock_gpus(gpus: Iterable[Gpu]) -> list[Gpu]:
     ids = sorted({gpu.pk for gpu in gpus})
     if not ids:
         raise ValidationError({"gpus": "Choose at least one GPU."})
-    locked = list(
-        Gpu.objects.select_for_update(of=("self",))
-        .select_related("model")
-        .filter(pk__in=ids)
-        .order_by("pk")
-    )
+    locked = lock(Gpu.objects.select_related("model").filter(pk__in=ids))
     if len(locked) != len(ids):
         raise ValidationError({"gpus": "A chosen GPU no longer exists."})
     return locked

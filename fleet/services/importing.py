@@ -21,8 +21,9 @@ from django.utils import timezone
 
 from accounts.models import User
 from accounts.services import AuditEvent, audit_log
+from core.instants import iso_z
 from fleet.models import Gpu, GpuModel, LifecycleState, LifecycleTransition, Node, Placement
-from fleet.services._common import database_rules, fmt, snapshot
+from fleet.services._common import database_rules, snapshot
 
 REQUIRED_COLUMNS = ("serial", "nvml_uuid", "model")
 OPTIONAL_COLUMNS = ("node", "slot", "received_at")
@@ -230,7 +231,7 @@ def _check_slots(rows: list[ImportRow]) -> None:
         if taken is not None:
             row.errors.append(
                 f"slot {row.slot} of {row.hostname} holds GPU {taken.gpu.serial} "
-                f"since {fmt(taken.valid_from)}."
+                f"since {iso_z(taken.valid_from)}."
             )
         elif key in first:
             row.errors.append(

@@ -10,6 +10,8 @@ from django.utils import timezone
 
 from accounts.models import User
 from accounts.services import AuditEvent, audit_log
+from core.inputs import require_instant
+from core.locks import lock
 from fleet.models import (
     Cluster,
     Gpu,
@@ -21,7 +23,7 @@ from fleet.models import (
     Node,
     Site,
 )
-from fleet.services._common import changed, database_rules, require_instant, snapshot
+from fleet.services._common import changed, database_rules, snapshot
 
 # Fields that only their own services change: lifecycle state has dated transitions.
 _GUARDED: dict[type[models.Model], set[str]] = {Gpu: {"lifecycle_state"}}
@@ -37,7 +39,7 @@ def record_save[R: (Site, Cluster, Node, GpuModel, Gpu, MaintenanceWindow, Incid
     """
     model = type(obj)
     label = obj._meta.label_lower
-    existing = model._default_manager.select_for_update().filter(pk=obj.pk).first()
+    existing = next(iter(lock(model._default_manager.filter(pk=obj.pk))), None)
     if existing is None and isinstance(obj, Gpu):
         raise ValidationError("Register new GPUs with gpu_register, which dates their arrival.")
     before = snapshot(existing) if existing is not None else None

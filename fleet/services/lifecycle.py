@@ -15,8 +15,10 @@ from django.db.models import Max
 
 from accounts.models import User
 from accounts.services import AuditEvent, audit_log
+from core.inputs import require_instant
+from core.instants import iso_z
 from fleet.models import Gpu, LifecycleState, LifecycleTransition, Placement
-from fleet.services._common import database_rules, fmt, lock_gpus, require_instant
+from fleet.services._common import database_rules, lock_gpus
 
 S = LifecycleState
 ALLOWED: dict[str, frozenset[str]] = {
@@ -57,7 +59,7 @@ def gpus_transition(
         if previous is not None and at <= previous:
             raise ValidationError(
                 {
-                    "at": f"GPU {gpu.serial} last changed state at {fmt(previous)}; "
+                    "at": f"GPU {gpu.serial} last changed state at {iso_z(previous)}; "
                     "a transition must come after that instant."
                 }
             )
@@ -69,7 +71,7 @@ def gpus_transition(
         late = [p for p in open_placements.values() if p.valid_from >= at]
         if late:
             raise ValidationError(
-                {"at": f"A GPU was placed at {fmt(late[0].valid_from)}, after {fmt(at)}."}
+                {"at": f"A GPU was placed at {iso_z(late[0].valid_from)}, after {iso_z(at)}."}
             )
     with database_rules():
         created = LifecycleTransition.objects.bulk_create(
@@ -95,7 +97,7 @@ def gpus_transition(
                 before={"state": gpu.lifecycle_state},
                 after={
                     "state": state,
-                    "at": fmt(at),
+                    "at": iso_z(at),
                     **(
                         {"placement_closed": open_placements[gpu.pk].pk}
                         if gpu.pk in open_placements

@@ -14,6 +14,9 @@ from django.utils import timezone
 
 from accounts.models import User
 from accounts.services import AuditEvent, audit_log
+from core.inputs import require_instant, require_reason
+from core.instants import iso_z
+from core.locks import lock, lock_one
 from fleet.models import (
     Cluster,
     Gpu,
@@ -27,9 +30,6 @@ from fleet.models import (
 from fleet.selectors import incident_owner_ids
 from fleet.services._common import (
     database_rules,
-    fmt,
-    require_instant,
-    require_reason,
     snapshot,
 )
 from webhooks.models import EventType
@@ -91,7 +91,7 @@ def maintenance_cancel(
 ) -> MaintenanceWindow:
     """Cancels a window that has not started; one that has started is ended early instead."""
     at = require_instant(at, field="at")
-    window = MaintenanceWindow.objects.select_for_update().get(pk=window.pk)
+    window = lock_one(MaintenanceWindow.objects.filter(pk=window.pk))
     if window.cancelled_at is not None:
         raise ValidationError({"at": f"{window} was already cancelled."})
     before = {"cancelled_at": None, "ends_at": window.ends_at}
@@ -101,7 +101,7 @@ def maintenance_cancel(
         window.ends_at = at
     else:
         raise ValidationError(
-            {"at": f"{window} ended at {fmt(window.ends_at)}; nothing to cancel."}
+            {"at": f"{window} ended at {iso_z(window.ends_at)}; nothing to cancel."}
         )
     window.save(update_fields=["cancelled_at", "ends_at"])
     audit_log(
@@ -168,15 +168,15 @@ def incident_close(
 ) -> Incident:
     """Ends an open incident at ``ended_at``; optionally replaces the owners' notes."""
     ended_at = require_instant(ended_at, field="ended_at")
-    incident = Incident.objects.select_for_update().get(pk=incident.pk)
+    incident = lock_one(Incident.objects.filter(pk=incident.pk))
     if incident.ended_at is not None:
         raise ValidationError(
-            {"ended_at": f"Incident {incident} already ended at {fmt(incident.ended_at)}."}
+            {"ended_at": f"Incident {incident} already ended at {iso_z(incident.ended_at)}."}
         )
     if ended_at <= incident.started_at:
         raise ValidationError(
             {
-                "ended_at": f"Incident {incident} started at {fmt(incident.started_at)}; "
+                "ended_at": f"Incident {incident} started at {iso_z(incident.started_at)}; "
                 "it must end after that."
             }
         )
@@ -235,7 +235,7 @@ def incident_draft_open(
         raise ValidationError({"occurred_at": "Give an aware (UTC) instant."})
     started_at = occurred_at.astimezone(UTC).replace(microsecond=0)
     # The GPU row serialises drafts of one GPU: two passes cannot both see "nothing open".
-    Gpu.objects.select_for_update(of=("self",)).filter(pk=gpu.pk).first()
+    lock(Gpu.objects.filter(pk=gpu.pk))
     if IncidentDraft.objects.filter(telemetry_event_id=telemetry_event_id).exists():
         return None
     if Incident.objects.filter(telemetry_event_id=telemetry_event_id).exists():
@@ -259,7 +259,7 @@ def incident_draft_open(
 
 
 def _draft_locked(draft: IncidentDraft) -> IncidentDraft:
-    draft = IncidentDraft.objects.select_for_update().select_related("gpu").get(pk=draft.pk)
+    draft = lock_one(IncidentDraft.objects.select_related("gpu").filter(pk=draft.pk))
     if draft.status != IncidentDraft.Status.OPEN:
         raise ValidationError(
             {"__all__": f"{draft} was already {draft.get_status_display().lower()}."}
@@ -343,11 +343,11 @@ def incident_draft_recover(*, draft: IncidentDraft, at: datetime) -> IncidentDra
     """Records that the telemetry shows the draft's GPU up again from ``at``; the draft stays
     for the operator to confirm (the incident is then opened already resolved) or dismiss."""
     at = require_instant(at, field="at")
-    draft = IncidentDraft.objects.select_for_update().get(pk=draft.pk)
+    draft = lock_one(IncidentDraft.objects.filter(pk=draft.pk))
     if draft.recovered_at is not None:
         return draft
     if at <= draft.started_at:
-        raise ValidationError({"at": f"{draft} started at {fmt(draft.started_at)}."})
+        raise ValidationError({"at": f"{draft} started at {iso_z(draft.started_at)}."})
     draft.recovered_at = at
     draft.save(update_fields=["recovered_at"])
     audit_log(

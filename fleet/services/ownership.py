@@ -20,15 +20,14 @@ from django.db.models import Max
 
 from accounts.models import Owner, User
 from accounts.services import AuditEvent, audit_log
+from core.inputs import require_instant, require_reason
+from core.instants import iso_z
 from fleet.models import Gpu, Ownership
 from fleet.models.ownership import FULL_SHARE_BPS
 from fleet.services._common import (
     check_deferred_now,
     database_rules,
-    fmt,
     lock_gpus,
-    require_instant,
-    require_reason,
 )
 from webhooks.models import EventType
 from webhooks.outbox import Event, events_emit
@@ -68,7 +67,7 @@ def ownership_sell(
         if share_bps > unsold:
             raise ValidationError(
                 {
-                    "share_bps": f"GPU {gpu.serial}: only {unsold} bps are unsold at {fmt(at)}; "
+                    "share_bps": f"GPU {gpu.serial}: only {unsold} bps are unsold at {iso_z(at)}; "
                     f"cannot sell {share_bps} bps (shares may add up to at most "
                     f"{FULL_SHARE_BPS} bps)."
                 }
@@ -109,13 +108,13 @@ def ownership_transfer(
         held = current.get(from_owner.pk, (from_owner, 0))[1]
         if held == 0:
             raise ValidationError(
-                {"from_owner": f"GPU {gpu.serial}: {from_owner} holds no share at {fmt(at)}."}
+                {"from_owner": f"GPU {gpu.serial}: {from_owner} holds no share at {iso_z(at)}."}
             )
         if given > held:
             raise ValidationError(
                 {
                     "share_bps": f"GPU {gpu.serial}: {from_owner} holds {held} bps at "
-                    f"{fmt(at)}; cannot transfer {given} bps."
+                    f"{iso_z(at)}; cannot transfer {given} bps."
                 }
             )
         new = {**current, from_owner.pk: (from_owner, held - given)}
@@ -143,13 +142,13 @@ def ownership_buy_back(
         held = current.get(owner.pk, (owner, 0))[1]
         if held == 0:
             raise ValidationError(
-                {"owner": f"GPU {gpu.serial}: {owner} holds no share at {fmt(at)}."}
+                {"owner": f"GPU {gpu.serial}: {owner} holds no share at {iso_z(at)}."}
             )
         back = held if wanted is None else wanted
         if back > held:
             raise ValidationError(
                 {
-                    "share_bps": f"GPU {gpu.serial}: {owner} holds {held} bps at {fmt(at)}; "
+                    "share_bps": f"GPU {gpu.serial}: {owner} holds {held} bps at {iso_z(at)}; "
                     f"cannot buy back {back} bps."
                 }
             )
@@ -175,7 +174,7 @@ def _holdings(rows: Sequence[Ownership]) -> list[dict[str, Any]]:
             "owner": str(row.owner_id),
             "owner_name": row.owner.legal_name,
             "share_bps": row.share_bps,
-            "valid_from": fmt(row.valid_from),
+            "valid_from": iso_z(row.valid_from),
         }
         for row in sorted(rows, key=lambda r: (r.owner.legal_name, str(r.owner_id)))
     ]
@@ -215,7 +214,7 @@ def _change(
             who = f"{holder.owner}'s holding began" if holder else "its ownership last changed"
             raise ValidationError(
                 {
-                    "at": f"GPU {gpu.serial}: {fmt(at)} is before {fmt(latest)}, when {who}; "
+                    "at": f"GPU {gpu.serial}: {iso_z(at)} is before {iso_z(latest)}, when {who}; "
                     "ownership changes are recorded in time order, at or after that instant."
                 }
             )
@@ -232,7 +231,7 @@ def _change(
                 raise ValidationError(
                     {
                         "at": f"GPU {gpu.serial}: {row.owner}'s holding began at exactly "
-                        f"{fmt(at)}; make all changes at one instant in a single operation "
+                        f"{iso_z(at)}; make all changes at one instant in a single operation "
                         "(a transfer may name several owners)."
                     }
                 )
@@ -263,9 +262,9 @@ def _change(
                 object_type=gpu._meta.label_lower,
                 object_id=str(gpu.pk),
                 object_repr=gpu.serial,
-                before={"at": fmt(at), "holdings": _holdings(before)},
+                before={"at": iso_z(at), "holdings": _holdings(before)},
                 after={
-                    "at": fmt(at),
+                    "at": iso_z(at),
                     "holdings": _holdings(after),
                     "closed": sorted(row.pk for row in before if row not in after),
                 },
@@ -303,7 +302,7 @@ def _changed_event(
         owner_ids=changed,
         data={
             "gpu": {"id": gpu.pk, "serial": gpu.serial, "nvml_uuid": gpu.nvml_uuid},
-            "at": fmt(at),
+            "at": iso_z(at),
             "change": action.removeprefix("ownership."),
         },
         owner_data={

@@ -14,8 +14,10 @@ from django.db.models import Max, Q
 
 from accounts.models import User
 from accounts.services import AuditEvent, audit_log
+from core.inputs import require_instant
+from core.instants import iso_z
 from fleet.models import Gpu, LifecycleState, Node, Placement
-from fleet.services._common import database_rules, fmt, lock_gpus, require_instant
+from fleet.services._common import database_rules, lock_gpus
 
 
 def _describe(placement: Placement | None) -> dict[str, object] | None:
@@ -26,8 +28,8 @@ def _describe(placement: Placement | None) -> dict[str, object] | None:
         "node": str(placement.node_id),
         "hostname": placement.node.hostname,
         "slot": placement.slot,
-        "valid_from": fmt(placement.valid_from),
-        "valid_to": fmt(placement.valid_to) if placement.valid_to else None,
+        "valid_from": iso_z(placement.valid_from),
+        "valid_to": iso_z(placement.valid_to) if placement.valid_to else None,
     }
 
 
@@ -44,7 +46,7 @@ def _check_movable(gpu: Gpu, at: datetime) -> Placement | None:
     if last is not None and at <= last:
         raise ValidationError(
             {
-                "at": f"GPU {gpu.serial} last changed place at {fmt(last)}; a move must be "
+                "at": f"GPU {gpu.serial} last changed place at {iso_z(last)}; a move must be "
                 "recorded after that instant."
             }
         )
@@ -60,7 +62,7 @@ def gpu_move(
     (gpu,) = lock_gpus([gpu])
     if node.decommissioned_at is not None and node.decommissioned_at <= at:
         raise ValidationError(
-            {"node": f"Node {node.hostname} was decommissioned at {fmt(node.decommissioned_at)}."}
+            {"node": f"Node {node.hostname} was decommissioned at {iso_z(node.decommissioned_at)}."}
         )
     if not 0 <= slot < node.gpu_slots:
         raise ValidationError(
@@ -85,7 +87,7 @@ def gpu_move(
         raise ValidationError(
             {
                 "slot": f"Slot {slot} of {node.hostname} holds GPU {taken.gpu.serial} "
-                f"from {fmt(taken.valid_from)}; move that GPU out first."
+                f"from {iso_z(taken.valid_from)}; move that GPU out first."
             }
         )
     before = _describe(current)
@@ -104,8 +106,8 @@ def gpu_move(
                 object_type=gpu._meta.label_lower,
                 object_id=str(gpu.pk),
                 object_repr=gpu.serial,
-                before={"at": fmt(at), "placement": before},
-                after={"at": fmt(at), "placement": _describe(placement)},
+                before={"at": iso_z(at), "placement": before},
+                after={"at": iso_z(at), "placement": _describe(placement)},
             )
         ],
     )
@@ -133,8 +135,8 @@ def gpu_unplace(*, gpu: Gpu, at: datetime, by: User | None, reason: str) -> Plac
                 object_type=gpu._meta.label_lower,
                 object_id=str(gpu.pk),
                 object_repr=gpu.serial,
-                before={"at": fmt(at), "placement": before},
-                after={"at": fmt(at), "placement": None},
+                before={"at": iso_z(at), "placement": before},
+                after={"at": iso_z(at), "placement": None},
             )
         ],
     )

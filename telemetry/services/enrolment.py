@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import User
+from core.locks import lock
 from fleet.models import Node
 from telemetry.keys import node_key_derive, node_key_sha256
 from telemetry.models import BootstrapToken, NodeCredential, NodeStatus
@@ -68,12 +69,8 @@ def bootstrap_token_check(*, bootstrap_token: str) -> None:
 def node_enrol(*, bootstrap_token: str, hostname: str, gpus: list[dict[str, Any]]) -> Enrolment:
     """Spends the token (once) and issues the node a key of a new generation."""
     now = timezone.now()
-    token = (
-        BootstrapToken.objects.select_for_update()
-        .select_related("node")
-        .filter(token_sha256=_token_sha256(bootstrap_token))
-        .first()
-    )
+    tokens = BootstrapToken.objects.select_related("node")
+    token = next(iter(lock(tokens.filter(token_sha256=_token_sha256(bootstrap_token)))), None)
     if token is None or token.used_at is not None or token.expires_at <= now:
         raise EnrolmentRefused("The bootstrap token is unknown, used or expired.")
     if token.node.hostname != hostname:
@@ -101,7 +98,7 @@ def node_key_revoke(*, node: Node) -> None:
 
 
 def _credential_next_generation(*, node: Node, now: dt.datetime) -> str:
-    credential = NodeCredential.objects.select_for_update().filter(node=node).first()
+    credential = next(iter(lock(NodeCredential.objects.filter(node=node))), None)
     generation = 1 if credential is None else credential.generation + 1
     key = node_key_derive(node_id=node.id, generation=generation)
     NodeCredential.objects.update_or_create(

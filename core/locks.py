@@ -1,0 +1,108 @@
+"""The one order in which Steward takes row locks, and the one helper that takes them.
+
+Two transactions that lock rows of two kinds in opposite orders can wait for each other for
+ever; PostgreSQL then aborts one of them (a deadlock), and an operator's change fails for no
+reason of its own. So every service locks rows through ``lock``, which takes a kind's rows in
+primary-key order, and kinds in the order of ``LOCK_ORDER``: a transaction that holds a lock
+of one kind never asks for a kind that comes earlier. ``lock`` checks that as it goes and
+raises ``LockOrderError`` (a programming error, which the tests would meet first) instead of
+taking a lock out of order.
+
+Not covered, because they cannot wait in a cycle with these: ``FOR UPDATE SKIP LOCKED``
+claims (the ingest worker's batches, the derived pass's marks) never wait, and the advisory
+locks (one GPU import at a time, one derived pass at a time, an ingest key) are each the only
+lock of their transaction's kind. docs/architecture.md repeats the order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connections
+from django.db.models import Model, QuerySet
+from django.db.models.expressions import RawSQL
+
+# Kinds as ``app_label.model``, in the order a transaction may lock them. Money inputs lock
+# the periods they reach first (so a close waits for them), then the owner, the cluster, the
+# GPUs; statements come after the cards they are computed from; fleet's events, accounts'
+# disclosures and grants and telemetry's enrolment rows are never locked before any of those.
+LOCK_ORDER: tuple[str, ...] = (
+    "billing.period",
+    "accounts.owner",
+    "fleet.site",
+    "fleet.cluster",
+    "fleet.node",
+    "fleet.gpumodel",
+    "fleet.gpu",
+    "billing.ratecard",
+    "billing.statement",
+    "fleet.maintenancewindow",
+    "fleet.incidentdraft",
+    "fleet.incident",
+    "accounts.disclosure",
+    "accounts.partnergrant",
+    "webhooks.webhookendpoint",
+    "webhooks.webhookdelivery",
+    "telemetry.bootstraptoken",
+    "telemetry.nodecredential",
+    "telemetry.ingestclaim",
+)
+_RANK = {label: rank for rank, label in enumerate(LOCK_ORDER)}
+
+# Which transaction (PostgreSQL's id for it) last took a lock on this connection, and the
+# latest kind it locked. A new transaction starts from nothing.
+_TAKEN = "steward_locks_taken"
+
+
+class LockOrderError(RuntimeError):
+    """A service asked for a lock out of ``LOCK_ORDER``: a bug to fix in that service."""
+
+
+def lock[M: Model](queryset: QuerySet[M], *, of: tuple[str, ...] = ("self",)) -> list[M]:
+    """Locks the rows of ``queryset`` (``SELECT … FOR UPDATE OF`` ``of``) in primary-key order
+    and returns them, in that order. Inside a transaction only (as ``select_for_update``)."""
+    label = queryset.model._meta.label_lower
+    rank = _RANK.get(label)
+    if rank is None:
+        raise LockOrderError(f"{label} has no place in core.locks.LOCK_ORDER; give it one.")
+    rows: list[Any] = list(
+        queryset.select_for_update(of=of)
+        .annotate(_lock_xact=RawSQL("pg_current_xact_id()::text", []))
+        .order_by("pk")
+    )
+    if rows:
+        _check(queryset.db, label, rank, rows[0]._lock_xact)
+    return rows
+
+
+def lock_one[M: Model](queryset: QuerySet[M], *, of: tuple[str, ...] = ("self",)) -> M:
+    """The single row of ``queryset``, locked; ``DoesNotExist`` when there is none."""
+    rows = lock(queryset, of=of)
+    if not rows:
+        missing: type[Exception] = queryset.model.DoesNotExist  # type: ignore[attr-defined]
+        raise missing(f"No {queryset.model._meta.verbose_name} to lock.")
+    return rows[0]
+
+
+def _scope(connection: Any, xact: str) -> tuple[str, Any]:
+    """The transaction a service's locks belong to: PostgreSQL's transaction, and within it the
+    outermost ``atomic`` block that is not a test case's (a test runs in one transaction of
+    its own, and the services it calls in turn are each a transaction of theirs in production;
+    their savepoint stands for that)."""
+    blocks = connection.atomic_blocks
+    first = next((i for i, b in enumerate(blocks) if not b._from_testcase), 0)
+    savepoint = connection.savepoint_ids[first - 1] if first else None
+    return xact, savepoint or first
+
+
+def _check(alias: str, label: str, rank: int, xact: str) -> None:
+    connection = connections[alias]
+    scope = _scope(connection, xact)
+    taken: tuple[Any, int, str] | None = getattr(connection, _TAKEN, None)
+    if taken is not None and taken[0] == scope and taken[1] > rank:
+        raise LockOrderError(
+            f"{label} locked after {taken[2]} in one transaction: core.locks.LOCK_ORDER takes "
+            f"{label} first. Lock it before {taken[2]}, or change the order (and the docs)."
+        )
+    if taken is None or taken[0] != scope or taken[1] < rank:
+        setattr(connection, _TAKEN, (scope, rank, label))
