@@ -13,10 +13,11 @@ acknowledged the current risk disclosure (``earnings_refusal``), as the portal a
 owner before any earnings page. A partner key is not asked: see docs/api.md, Keys.
 
 Everything served is filtered through ``owner_ids_for_caller`` on every request, so a revoked
-grant, a revoked key or a removed member stops working at the next request. A GPU is visible
-if one of those accounts holds or held a share of it; an incident or maintenance window if it
-touched such a GPU while the account held it (the portal's rule). Anything else is 404, never
-403, so ids of other owners' things reveal nothing.
+grant, a revoked key or a removed member stops working at the next request. What the people
+of those accounts may see is ``access.visibility``'s rule, the one the portal asks too; the
+fast paths below (plain SQL for the GPU list and holdings) are held to it by
+tests/api/test_gpu_rows.py and tests/test_access_matrix.py. Anything else is 404, never 403,
+so ids of other owners' things reveal nothing.
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ from django.db import connection
 from django.db.models import (
     CharField,
     DateTimeField,
-    Exists,
     F,
     Field,
     FilteredRelation,
-    OuterRef,
     Prefetch,
     Q,
     QuerySet,
@@ -44,6 +43,7 @@ from django.db.models.expressions import RawSQL
 from django.http import Http404
 from django.utils import timezone
 
+from access import visibility
 from accounts.models import (
     ApiKey,
     Disclosure,
@@ -259,9 +259,9 @@ def gpus_for_caller(
     accounts' shares now (other owners never appear)."""
     ids = owner_ids_for_caller(caller=caller, scope=scope)
     now = now or timezone.now()
-    rows = Ownership.objects.filter(owner_id__in=ids, gpu=OuterRef("pk"))
-    if held_at is not None:
-        rows = rows.filter(_live_at(held_at))
+    visible = visibility.gpus_visible(
+        accounts=visibility.accounts_of(owner_ids=ids), held_at=held_at
+    )
     # Where it is now: a join on the placement live now, not four correlated subqueries.
     # The database refuses overlapping placements of a GPU (fleet migration 0002), so the
     # join matches at most one row and cannot repeat a GPU.
@@ -269,8 +269,7 @@ def gpus_for_caller(
         Q(placements__valid_to__isnull=True) | Q(placements__valid_to__gt=now)
     )
     return (
-        Gpu.objects.filter(Exists(rows))
-        .select_related("model")
+        visible.select_related("model")
         .annotate(
             here=FilteredRelation("placements", condition=live),
             site_code=F("here__node__cluster__site__code"),
@@ -494,9 +493,8 @@ def gpu_for_caller(*, caller: Caller, scope: str, gpu_id: Any, bare: bool = Fals
     without where it is now, its state and holdings (one query, for views that need only
     the GPU itself)."""
     if bare:
-        ids = owner_ids_for_caller(caller=caller, scope=scope)
-        held = Ownership.objects.filter(owner_id__in=ids, gpu=OuterRef("pk"))
-        gpu = Gpu.objects.filter(Exists(held), pk=gpu_id).first()
+        accounts = _accounts(caller, scope)
+        gpu = visibility.gpus_visible(accounts=accounts).filter(pk=gpu_id).first()
     else:
         gpu = gpus_for_caller(caller=caller, scope=scope).filter(pk=gpu_id).first()
     if gpu is None:
@@ -506,64 +504,28 @@ def gpu_for_caller(*, caller: Caller, scope: str, gpu_id: Any, bare: bool = Fals
 
 def ownership_for_caller(*, caller: Caller, gpu: Gpu) -> QuerySet[Ownership]:
     """The GPU's ownership rows of the caller's accounts, past and present."""
-    ids = owner_ids_for_caller(caller=caller, scope="fleet:read")
-    return Ownership.objects.filter(gpu=gpu, owner_id__in=ids).order_by("valid_from", "owner_id")
+    holdings = visibility.holdings_visible(accounts=_accounts(caller, "fleet:read"))
+    return holdings.filter(gpu=gpu).order_by("valid_from", "owner_id")
 
 
-# An event touched a holding when, for a GPU scope, it is the same GPU, or for a node,
-# cluster or site scope a placement there overlapped both the event and the holding.
-_TOUCH_SQL = """
-SELECT e.id FROM {table} e
-JOIN fleet_ownership o
-  ON o.valid_from < COALESCE(e.{end}, 'infinity')
- AND COALESCE(o.valid_to, 'infinity') > e.{start}
-WHERE o.owner_id = ANY(%s::uuid[]) {gpu} AND (e.gpu_id = o.gpu_id OR EXISTS (
-  SELECT 1 FROM fleet_placement p
-  JOIN fleet_node n ON n.id = p.node_id
-  JOIN fleet_cluster c ON c.id = n.cluster_id
-  WHERE p.gpu_id = o.gpu_id
-    AND (p.node_id = e.node_id OR n.cluster_id = e.cluster_id OR c.site_id = e.site_id)
-    AND p.valid_from < LEAST(COALESCE(e.{end}, 'infinity'), COALESCE(o.valid_to, 'infinity'))
-    AND COALESCE(p.valid_to, 'infinity') > GREATEST(e.{start}, o.valid_from)
-))
-"""
-_TABLES = {
-    Incident: ("fleet_incident", "started_at", "ended_at"),
-    MaintenanceWindow: ("fleet_maintenancewindow", "starts_at", "ends_at"),
-}
-
-
-def _touched(
-    model: type[Incident | MaintenanceWindow], *, caller: Caller, gpu: Gpu | None
-) -> RawSQL:
-    table, start, end = _TABLES[model]
-    params: list[Any] = [owner_ids_for_caller(caller=caller, scope="fleet:read")]
-    if gpu is not None:
-        params.append(gpu.pk)
-    sql = _TOUCH_SQL.format(
-        table=table, start=start, end=end, gpu="AND o.gpu_id = %s" if gpu is not None else ""
-    )
-    return RawSQL(sql, params)  # noqa: S611 - fixed SQL; values only as parameters
+def _accounts(caller: Caller, scope: str) -> visibility.Accounts:
+    return visibility.accounts_of(owner_ids=owner_ids_for_caller(caller=caller, scope=scope))
 
 
 def incidents_for_caller(*, caller: Caller, gpu: Gpu | None = None) -> QuerySet[Incident]:
-    return Incident.objects.filter(pk__in=_touched(Incident, caller=caller, gpu=gpu))
+    return visibility.incidents_visible(accounts=_accounts(caller, "fleet:read"), gpu=gpu)
 
 
 def maintenance_for_caller(
     *, caller: Caller, gpu: Gpu | None = None
 ) -> QuerySet[MaintenanceWindow]:
     """Announced windows only: one not yet announced is not shown to anyone."""
-    return MaintenanceWindow.objects.filter(
-        pk__in=_touched(MaintenanceWindow, caller=caller, gpu=gpu),
-        announced_at__lte=timezone.now(),
-    )
+    return visibility.maintenance_visible(accounts=_accounts(caller, "fleet:read"), gpu=gpu)
 
 
 def statements_for_caller(*, caller: Caller) -> QuerySet[Statement]:
     """Published statements of the caller's accounts: drafts change and are not served."""
-    ids = owner_ids_for_caller(caller=caller, scope="statements:read")
-    return Statement.objects.filter(owner_id__in=ids, status=Statement.Status.PUBLISHED)
+    return visibility.statements_visible(accounts=_accounts(caller, "statements:read"))
 
 
 def statement_for_caller(*, caller: Caller, statement_id: Any) -> Statement:
@@ -579,5 +541,4 @@ def statement_for_caller(*, caller: Caller, statement_id: Any) -> Statement:
 
 
 def payouts_for_caller(*, caller: Caller) -> QuerySet[Payout]:
-    ids = owner_ids_for_caller(caller=caller, scope="statements:read")
-    return Payout.objects.filter(owner_id__in=ids)
+    return visibility.payouts_visible(accounts=_accounts(caller, "statements:read"))

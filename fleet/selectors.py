@@ -216,30 +216,49 @@ def owners_affected(*, scoped: MaintenanceWindow | Incident, at: datetime) -> Qu
     return Owner.objects.filter(Exists(held))
 
 
-# Owners whose holding an incident touched: the same GPU, or a GPU placed in its node, cluster
-# or site while both the incident and the holding lasted (the partner API's and portal's rule).
-_INCIDENT_OWNERS_SQL = """
-SELECT DISTINCT o.owner_id FROM fleet_incident e
+# The one rule of who an incident or maintenance window concerns (the portal, the partner API,
+# notifications and webhooks all ask it): it *touched a holding* when, for a GPU scope, it is
+# that GPU, or for a node, cluster or site scope a placement there overlapped both the event
+# and the holding. Open ends are infinity. ``e`` is the event, ``o`` the ownership row.
+_TOUCH_SQL = """
+SELECT {select} FROM {table} e
 JOIN fleet_ownership o
-  ON o.valid_from < COALESCE(e.ended_at, 'infinity')
- AND COALESCE(o.valid_to, 'infinity') > e.started_at
-WHERE e.id = %s AND (e.gpu_id = o.gpu_id OR EXISTS (
+  ON o.valid_from < COALESCE(e.{end}, 'infinity')
+ AND COALESCE(o.valid_to, 'infinity') > e.{start}
+{join}
+WHERE {where} AND (e.gpu_id = o.gpu_id OR EXISTS (
   SELECT 1 FROM fleet_placement p
   JOIN fleet_node n ON n.id = p.node_id
   JOIN fleet_cluster c ON c.id = n.cluster_id
   WHERE p.gpu_id = o.gpu_id
     AND (p.node_id = e.node_id OR n.cluster_id = e.cluster_id OR c.site_id = e.site_id)
-    AND p.valid_from < LEAST(COALESCE(e.ended_at, 'infinity'), COALESCE(o.valid_to, 'infinity'))
-    AND COALESCE(p.valid_to, 'infinity') > GREATEST(e.started_at, o.valid_from)
+    AND p.valid_from < LEAST(COALESCE(e.{end}, 'infinity'), COALESCE(o.valid_to, 'infinity'))
+    AND COALESCE(p.valid_to, 'infinity') > GREATEST(e.{start}, o.valid_from)
 ))
-ORDER BY o.owner_id
 """
+_TOUCH_TABLES = {
+    Incident: ("fleet_incident", "started_at", "ended_at"),
+    MaintenanceWindow: ("fleet_maintenancewindow", "starts_at", "ends_at"),
+}
+
+
+def touch_sql(
+    model: type[Incident | MaintenanceWindow], *, select: str, where: str, join: str = ""
+) -> str:
+    """The SQL of the touch rule above for incidents or maintenance windows (``model``):
+    ``select`` and ``where`` over ``e`` (the event) and ``o`` (the holding it touched), with
+    ``join`` for more tables. Fixed text from the callers; values go as parameters."""
+    table, start, end = _TOUCH_TABLES[model]
+    return _TOUCH_SQL.format(
+        select=select, table=table, start=start, end=end, join=join, where=where
+    )
 
 
 def incident_owner_ids(*, incident: Incident) -> list[Any]:
     """The owner accounts an incident concerns: those whose holding it touched."""
+    sql = touch_sql(Incident, select="DISTINCT o.owner_id", where="e.id = %s")
     with connection.cursor() as cursor:
-        cursor.execute(_INCIDENT_OWNERS_SQL, [incident.pk])
+        cursor.execute(f"{sql} ORDER BY o.owner_id", [incident.pk])
         return [row[0] for row in cursor.fetchall()]
 
 

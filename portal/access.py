@@ -1,10 +1,10 @@
 """Who may see what in the portal: the one place that resolves objects for a user.
 
-A user sees a GPU if an owner account they are a member of holds, or ever held, a share of
-it. They see an incident or maintenance window if it touched (or will touch) such a GPU while
-their account held it: GPU scope directly, node/cluster/site scope through where the GPU was
-placed then. Everything else answers 404, never 403, so ids of other owners' things leak
-nothing. Every portal view goes through these functions; operators use the console.
+A user reads for the owner accounts they are a member of; what the people of an account may
+see (GPUs, holdings, incidents, maintenance, statements, payouts) is ``access.visibility``'s
+rule, the same the partner API asks. Everything else answers 404, never 403, so ids of other
+owners' things leak nothing. Every portal view goes through these functions; operators use
+the console.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import Http404
-from django.utils import timezone
 
+from access import visibility
 from accounts.models import ApiKey, Membership, Owner, PartnerGrant, User
 from billing.models import Payout, Statement
 from fleet.models import Gpu, Incident, MaintenanceWindow, Ownership
+from fleet.selectors import touch_sql
 from portal.models import PortalNotice
 
 
@@ -35,7 +36,7 @@ def owners_of_user(*, user: User) -> QuerySet[Owner]:
 
 def holdings_for_user(*, user: User) -> QuerySet[Ownership]:
     """Every ownership row of the user's accounts, past and present."""
-    return Ownership.objects.filter(owner_id__in=owner_ids_for_user(user=user))
+    return visibility.holdings_visible(accounts=visibility.accounts_of_member(user=user))
 
 
 def owners_administered(*, user: User) -> QuerySet[Owner]:
@@ -72,17 +73,13 @@ def api_key_for_user(*, user: User, key_id: Any) -> ApiKey:
 
 
 def payouts_for_user(*, user: User) -> QuerySet[Payout]:
-    return Payout.objects.filter(owner_id__in=owner_ids_for_user(user=user))
+    return visibility.payouts_visible(accounts=visibility.accounts_of_member(user=user))
 
 
 def gpus_for_user(*, user: User, held_at: datetime | None = None) -> QuerySet[Gpu]:
     """GPUs the user's accounts hold or held; with ``held_at``, only those held then."""
-    rows = holdings_for_user(user=user).filter(gpu=OuterRef("pk"))
-    if held_at is not None:
-        rows = rows.filter(
-            Q(valid_from__lte=held_at) & (Q(valid_to__isnull=True) | Q(valid_to__gt=held_at))
-        )
-    return Gpu.objects.filter(Exists(rows))
+    accounts = visibility.accounts_of_member(user=user)
+    return visibility.gpus_visible(accounts=accounts, held_at=held_at)
 
 
 def gpu_for_user(*, user: User, gpu_id: Any) -> Gpu:
@@ -93,62 +90,17 @@ def gpu_for_user(*, user: User, gpu_id: Any) -> Gpu:
     return gpu
 
 
-# An event (incident or maintenance window) touched a holding when, for a GPU scope, it is
-# the same GPU, or for a node, cluster or site scope a placement there overlapped both the
-# event and the holding. Open ends are infinity. One SQL body serves the three questions below.
-_TOUCH_SQL = """
-SELECT {select} FROM {table} e
-JOIN fleet_ownership o
-  ON o.valid_from < COALESCE(e.{end}, 'infinity')
- AND COALESCE(o.valid_to, 'infinity') > e.{start}
-{join}
-WHERE {where} AND (e.gpu_id = o.gpu_id OR EXISTS (
-  SELECT 1 FROM fleet_placement p
-  JOIN fleet_node n ON n.id = p.node_id
-  JOIN fleet_cluster c ON c.id = n.cluster_id
-  WHERE p.gpu_id = o.gpu_id
-    AND (p.node_id = e.node_id OR n.cluster_id = e.cluster_id OR c.site_id = e.site_id)
-    AND p.valid_from < LEAST(COALESCE(e.{end}, 'infinity'), COALESCE(o.valid_to, 'infinity'))
-    AND COALESCE(p.valid_to, 'infinity') > GREATEST(e.{start}, o.valid_from)
-))
-"""
-_USERS_OWNERS = "o.owner_id IN (SELECT m.owner_id FROM accounts_membership m WHERE m.user_id = %s)"
-_TABLES = {
-    Incident: ("fleet_incident", "started_at", "ended_at"),
-    MaintenanceWindow: ("fleet_maintenancewindow", "starts_at", "ends_at"),
-}
-
-
-def _touch_sql(
-    model: type[Incident | MaintenanceWindow], *, select: str, where: str, join: str = ""
-) -> str:
-    table, start, end = _TABLES[model]
-    return _TOUCH_SQL.format(
-        select=select, table=table, start=start, end=end, join=join, where=where
-    )
-
-
-def _visible(model: type[Incident | MaintenanceWindow], *, user: User, gpu: Gpu | None) -> RawSQL:
-    where = _USERS_OWNERS
-    params: list[Any] = [user.pk]
-    if gpu is not None:
-        where += " AND o.gpu_id = %s"
-        params.append(gpu.pk)
-    sql = _touch_sql(model, select="e.id", where=where)
-    return RawSQL(sql, params)  # noqa: S611 - fixed SQL; values only as parameters
-
-
 def incidents_for_user(*, user: User, gpu: Gpu | None = None) -> QuerySet[Incident]:
     """Incidents that touched a GPU while the user's accounts held it (``gpu``: that one)."""
-    ids = _visible(Incident, user=user, gpu=gpu)
-    return Incident.objects.filter(pk__in=ids)
+    accounts = visibility.accounts_of_member(user=user)
+    return visibility.incidents_visible(accounts=accounts, gpu=gpu)
 
 
 def maintenance_for_user(*, user: User, gpu: Gpu | None = None) -> QuerySet[MaintenanceWindow]:
     """Announced maintenance windows that cover (or will cover) a GPU the user's accounts
     held then; cancelled windows stay listed, marked as such."""
-    ids = _visible(MaintenanceWindow, user=user, gpu=gpu)
-    return MaintenanceWindow.objects.filter(pk__in=ids, announced_at__lte=timezone.now())
+    accounts = visibility.accounts_of_member(user=user)
+    return visibility.maintenance_visible(accounts=accounts, gpu=gpu)
 
 
 def incident_for_user(*, user: User, incident_id: int) -> Incident:
@@ -168,7 +120,7 @@ def maintenance_window_for_user(*, user: User, window_id: int) -> MaintenanceWin
 def members_concerned(*, scoped: Incident | MaintenanceWindow) -> list[tuple[Any, Any]]:
     """(user id, owner id) for each active member of each account that may see ``scoped``
     (the inverse of the rule above), ordered: whom to tell about it, and for which account."""
-    sql = _touch_sql(
+    sql = touch_sql(
         type(scoped),
         select="DISTINCT m.user_id, o.owner_id",
         join="JOIN accounts_membership m ON m.owner_id = o.owner_id "
@@ -187,8 +139,9 @@ def users_concerned(*, scoped: Incident | MaintenanceWindow) -> list[Any]:
 
 def gpus_touched(*, user: User, scoped: Incident | MaintenanceWindow) -> QuerySet[Gpu]:
     """The user's GPUs that ``scoped`` touched while the user's accounts held them."""
-    sql = _touch_sql(type(scoped), select="o.gpu_id", where=f"{_USERS_OWNERS} AND e.id = %s")
-    ids = RawSQL(sql, [user.pk, scoped.pk])  # noqa: S611 - fixed SQL, parameters only
+    members, params = visibility.accounts_of_member(user=user).sql("o.owner_id")
+    sql = touch_sql(type(scoped), select="o.gpu_id", where=f"{members} AND e.id = %s")
+    ids = RawSQL(sql, [*params, scoped.pk])  # noqa: S611 - fixed SQL, parameters only
     return Gpu.objects.filter(pk__in=ids).select_related("model").order_by("serial")
 
 
@@ -198,9 +151,7 @@ def gpus_touched(*, user: User, scoped: Incident | MaintenanceWindow) -> QuerySe
 def statements_for_user(*, user: User) -> QuerySet[Statement]:
     """Published statements of the user's accounts. Drafts are not shown: they change while
     the period closes (the API serves only published ones too)."""
-    return Statement.objects.filter(
-        owner_id__in=owner_ids_for_user(user=user), status=Statement.Status.PUBLISHED
-    )
+    return visibility.statements_visible(accounts=visibility.accounts_of_member(user=user))
 
 
 def statement_for_user(*, user: User, statement_id: Any) -> Statement:
