@@ -71,6 +71,10 @@ def validate_currency(value: str) -> None:
         raise ValidationError(f"{value!r} is not an ISO 4217 currency code (e.g. EUR).")
 
 
+# Owners' account numbers: six digits and up, from 100001 (accounts migration 0006).
+ACCOUNT_NUMBER_SEQUENCE = "accounts_owner_account_number_seq"
+
+
 class Owner(models.Model):
     """A customer that owns GPUs, wholly or in part: a person or a company."""
 
@@ -88,6 +92,20 @@ class Owner(models.Model):
         default="UTC",
         validators=[validate_timezone],
         help_text="For display only; all accounting is in UTC.",
+    )
+    # Printed on statements. The database numbers every new owner from a sequence (accounts
+    # migration 0006), so each has one from the moment it exists and it is never reused.
+    # Unique by an index of that migration, not by ``unique=True``: Django's unique check in
+    # ``full_clean`` would compare with the default itself, and a ``nextval`` in a WHERE
+    # clause takes a number for every row it scans.
+    account_number = models.BigIntegerField(
+        editable=False,
+        db_default=models.Func(models.Value(ACCOUNT_NUMBER_SEQUENCE), function="nextval"),
+        help_text="Assigned by the database; printed on statements.",
+    )
+    postal_address = models.TextField(
+        blank=True,
+        help_text="As printed on statements: one line per line of the address.",
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 

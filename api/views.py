@@ -547,7 +547,7 @@ class StatementCsv(_StatementMixin):
 class StatementPdf(_StatementMixin):
     """The statement as PDF: summary, per-GPU tables, adjustments, incidents and maintenance,
     daily charts, the basis of every figure, the disclosure and the content hash. The same
-    statement gives the same bytes every time; ``ETag`` works as for the CSV."""
+    statement gives the same bytes every time; its ``ETag`` is the SHA-256 of those bytes."""
 
     renderer_classes = (JSONRenderer, PdfRenderer)
 
@@ -561,10 +561,12 @@ class StatementPdf(_StatementMixin):
     )
     def get(self, request: Request, pk: Any) -> HttpResponse | Response:
         statement = access.statement_for_caller(caller=self.caller, statement_id=pk)
-        etag = f'"{statement.content_sha256}-pdf"'
+        body = render_pdf(statement_report(statement))
+        # The PDF also prints what can change after publishing (the payout of the balance,
+        # the addresses): its tag is the hash of its own bytes.
+        etag = f'"{hashlib.sha256(body).hexdigest()}-pdf"'
         if _etag_matches(request, etag):
             return Response(status=304, headers={"ETag": etag})
-        body = render_pdf(statement_report(statement))
         return _download(statement, body, "application/pdf", etag)
 
 

@@ -4,9 +4,13 @@
 statement row and its lines (immutable in the database), its frozen inputs (adjustments,
 payouts, per GPU the usage cells cut at every UTC midnight, and the maintenance and incidents
 that touched it, as recorded when the statement was computed) and the disclosure version it
-was issued under (immutable too). So a published statement's report, and its PDF, never
-change. Every earnings figure travels with its basis: the period, final or preliminary, gross
-vs net and the costs included, and the not-guaranteed statement.
+was issued under (immutable too). So a published statement's figures never change. Around
+them the report carries what a statement is printed with and is read as it is now: the
+operator's details (``settings.STEWARD_OPERATOR``), the owner's account number (never changes)
+and postal address, the statement number (from the account number, the period and the
+currency) and the payouts of the statement's balance recorded since it was published. Every
+earnings figure travels with its basis: the period, final or preliminary, gross vs net and the
+costs included, and the not-guaranteed statement.
 """
 
 from __future__ import annotations
@@ -15,10 +19,14 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any
+
+from django.conf import settings
+from django.db.models import Exists, Q, Subquery
+from django.db.models.functions import TruncDate
 
 from accounts.models import Disclosure, Owner
 from billing.engine.cells import Cell, CellUsage
@@ -26,7 +34,7 @@ from billing.engine.document import BASIS, NOT_GUARANTEED
 from billing.engine.intervals import Interval, intersect
 from billing.engine.terms import statement_terms
 from billing.engine.usage import exact_decimal
-from billing.models import Statement, StatementLine
+from billing.models import Payout, Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
 from fleet.models import Cluster
 
@@ -89,6 +97,15 @@ class Day:
 
 
 @dataclass(frozen=True)
+class Operator:
+    """Who issues the statement (``settings.STEWARD_OPERATOR``)."""
+
+    legal_name: str
+    address: tuple[str, ...]
+    registration: str
+
+
+@dataclass(frozen=True)
 class Disclosed:
     version: str
     sha256: str
@@ -123,6 +140,13 @@ class Report:
     payouts: tuple[dict[str, Any], ...]  # as frozen: reference, amount, paid_on
     events: tuple[Event, ...] | None  # None: not recorded with this statement
     days: tuple[Day, ...] | None  # None: its frozen inputs are not cut by day
+    statement_number: str  # ``statement_number``: printed, quoted by owners and operators
+    account_number: int  # the owner's
+    owner_address: tuple[str, ...]  # the owner's postal address now, line by line
+    operator: Operator
+    # The payouts of this statement's closing balance (``balance_paid_by``), as
+    # reference, amount and paid_on; none for a draft.
+    paid_by: tuple[dict[str, str], ...]
 
     @property
     def period_label(self) -> str:
@@ -159,17 +183,70 @@ def ratio(value: Fraction | None) -> Decimal | None:
     return None if value is None else exact_decimal(value).quantize(SIX, ROUND_HALF_EVEN)
 
 
+def statement_number(*, account_number: int, period_start: datetime, currency: str) -> str:
+    """A statement's number, e.g. ``100001-20260201-EUR``: the owner's account number, the
+    day its period starts (with the time, ``T063000``, when not midnight UTC) and its currency.
+    Unique, as one statement is issued per owner, period and currency and no two periods start
+    at the same instant; the same every time it is printed."""
+    start = period_start.astimezone(UTC)
+    day = f"{start:%Y%m%d}" if start.time() == time(0) else f"{start:%Y%m%dT%H%M%S}"
+    return f"{account_number}-{day}-{currency}"
+
+
+def operator() -> Operator:
+    found = settings.STEWARD_OPERATOR
+    return Operator(
+        legal_name=str(found["legal_name"]),
+        address=tuple(str(line) for line in found["address"]),
+        registration=str(found["registration"]),
+    )
+
+
+def balance_paid_by(statement: Statement) -> list[Payout]:
+    """The payouts of a published statement's closing balance: the owner's, in its currency,
+    dated from its period's end until the end of the period of their next published statement
+    in that currency (payouts after that pay that statement's balance). ``payout_record``
+    refuses payouts dated before the end of the last published statement's period, so each
+    payout pays exactly one statement's balance. None for a draft."""
+    if statement.status != Statement.Status.PUBLISHED:
+        return []
+    following = Statement.objects.filter(
+        owner_id=statement.owner_id,
+        currency=statement.currency,
+        status=Statement.Status.PUBLISHED,
+        period__start__gte=statement.period.end,
+    ).order_by("period__start")
+    until = TruncDate(Subquery(following.values("period__end")[:1]), tzinfo=UTC)
+    return list(
+        Payout.objects.filter(
+            owner_id=statement.owner_id,
+            currency=statement.currency,
+            paid_on__gte=_day(statement.period.end),
+        )
+        .filter(Q(paid_on__lt=until) | ~Exists(following))
+        .order_by("paid_on", "reference")
+    )
+
+
+def _day(at: datetime) -> date:
+    """The day a period boundary falls on, for payouts (dated by day, counted from 00:00 UTC)."""
+    return at.astimezone(UTC).date()
+
+
 def statement_report(statement: Statement) -> Report:
-    """The report of one statement. Reads the statement's own rows and the disclosure row."""
-    statement = Statement.objects.select_related("period").get(pk=statement.pk)
+    """The report of one statement. Reads the statement's own rows, its owner, the disclosure
+    row and the payouts of its balance."""
+    statement = Statement.objects.select_related("period", "owner").get(pk=statement.pk)
     frozen: dict[str, Any] = statement.frozen_inputs or {}
     rows = list(StatementLine.objects.filter(statement=statement).order_by("position"))
     lines = tuple({name: getattr(row, name) for name in LINE_FIELDS} for row in rows)
     gpu_rows = [r for r in rows if r.kind == StatementLine.Kind.GPU]
     disclosure = Disclosure.objects.filter(version=statement.disclosure_version).first()
+    owner: Owner = statement.owner
+    # As issued; a statement computed before names were frozen shows the name it has now.
     owner_name = frozen.get("owner_name")
-    if owner_name is None:  # computed before names were frozen
-        owner_name = Owner.objects.values_list("legal_name", flat=True).get(pk=statement.owner_id)
+    if owner_name is None:
+        owner_name = owner.legal_name
     published = statement.status == Statement.Status.PUBLISHED
     terms = line_terms(frozen=frozen, kinds=[line["kind"] for line in lines])
     return Report(
@@ -216,6 +293,24 @@ def statement_report(statement: Statement) -> Report:
             frozen,
             gpu_rows,
             [t for t, line in zip(terms, lines, strict=True) if line["kind"] == "gpu"],
+        ),
+        statement_number=statement_number(
+            account_number=owner.account_number,
+            period_start=statement.period.start,
+            currency=statement.currency,
+        ),
+        account_number=owner.account_number,
+        owner_address=tuple(
+            line.strip() for line in owner.postal_address.splitlines() if line.strip()
+        ),
+        operator=operator(),
+        paid_by=tuple(
+            {
+                "reference": p.reference,
+                "amount": str(p.amount),
+                "paid_on": p.paid_on.isoformat(),
+            }
+            for p in balance_paid_by(statement)
         ),
     )
 
@@ -343,4 +438,15 @@ def _days(
     return tuple(out)
 
 
-__all__ = ["LINE_FIELDS", "Basis", "Day", "Event", "Report", "line_terms", "statement_report"]
+__all__ = [
+    "LINE_FIELDS",
+    "Basis",
+    "Day",
+    "Event",
+    "Operator",
+    "Report",
+    "balance_paid_by",
+    "line_terms",
+    "statement_number",
+    "statement_report",
+]

@@ -5,6 +5,7 @@ from config.settings.core import *
 from config.settings.database import *
 from config.settings.logging import *
 from config.settings.mail import *
+from config.settings.operator import *
 from config.settings.portal import *
 from config.settings.queue import *
 from config.settings.security import *
