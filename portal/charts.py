@@ -64,13 +64,20 @@ MONEY_SERIES: tuple[tuple[str, str, str], ...] = (
 
 
 def period_money_svg(
-    periods: Sequence[PeriodMoney], *, title: str, desc: str, currency: str, id_prefix: str
+    periods: Sequence[PeriodMoney],
+    *,
+    title: str,
+    desc: str,
+    currency: str,
+    id_prefix: str,
+    x_title: str = "",
 ) -> str:
     """Three bars per period (gross, costs, net), a zero line (a net can be negative), the
-    amount axis in whole units of ``currency`` and a period under each group. Pure: the same
-    input gives the same bytes."""
-    width, height = 760, 240
-    left, right, top, bottom = 72, 12, 28, 28
+    amount axis in whole units of ``currency`` and a period under each group; ``x_title``
+    names that axis under it (the days of a month: "Day of March 2026 (UTC)"). Pure: the
+    same input gives the same bytes."""
+    width, height = 760, 240 + (16 if x_title else 0)
+    left, right, top, bottom = 72, 12, 28, 28 + (16 if x_title else 0)
     plot_w, plot_h = width - left - right, height - top - bottom
     values = [v for p in periods for v in (p.gross, p.costs, p.net)] or [Decimal(0)]
     high = nice_ceiling(max(max(values), Decimal(0))) or Decimal(1)
@@ -111,8 +118,13 @@ def period_money_svg(
                 f"{escape(label)}: {amount:,.2f} {escape(currency)}</title></rect>"
             )
         parts.append(
-            f'<text x="{_n(left + slot * index + slot / 2)}" y="{height - 8}" '
+            f'<text x="{_n(left + slot * index + slot / 2)}" y="{top + plot_h + 20}" '
             f'text-anchor="middle" fill="#1b2430">{escape(period.label)}</text>'
+        )
+    if x_title:
+        parts.append(
+            f'<text x="{left + plot_w // 2}" y="{height - 6}" text-anchor="middle" '
+            f'fill="#1b2430">{escape(x_title)}</text>'
         )
     parts.append(
         f'<line x1="{left}" y1="{_n(zero)}" x2="{width - right}" y2="{_n(zero)}" stroke="#1b2430"/>'

@@ -28,8 +28,8 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -37,7 +37,9 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Q, Sum
 
 from accounts.models import Disclosure, Owner
+from billing.engine.document import gpu_inputs_from_frozen, rates_from_frozen
 from billing.engine.intervals import Interval, intersect, subtract
+from billing.engine.money import split_largest_remainder
 from billing.engine.statement import (
     GpuInputs,
     Line,
@@ -54,6 +56,7 @@ from fleet.models import Ownership, Placement
 from telemetry.services.collector import collector_paused
 
 ZERO = Decimal("0.00")
+DAY = timedelta(days=1)
 # The costs every net figure has had taken off, in the statements' order.
 COSTS_INCLUDED = ("hosting_fee", "power_cost", "management_fee")
 
@@ -337,3 +340,108 @@ def pools_pending(
 
 def _span(start: datetime, end: datetime | None, window: Interval) -> Interval:
     return Interval(max(start, window.start), min(end or window.end, window.end))
+
+
+@dataclass(frozen=True)
+class DayMoney:
+    """A published statement's GPU lines over one UTC day of its period (``statement_days``)."""
+
+    day: datetime
+    gross: Decimal
+    hosting_fee: Decimal
+    power_cost: Decimal
+    management_fee: Decimal
+
+    @property
+    def costs(self) -> Decimal:
+        return self.hosting_fee + self.power_cost + self.management_fee
+
+    @property
+    def net(self) -> Decimal:
+        return self.gross - self.costs
+
+
+def statement_days(*, statement: Statement) -> list[DayMoney] | None:
+    """Per UTC day of the statement's period, the gross, each fee and the net of its GPU
+    lines; they add up to the statement's own sums to the cent. None when its frozen inputs
+    cannot say: computed before cells were frozen, or before they were cut at midnight.
+
+    Derived from the statement's frozen inputs by the statements' own engine: each GPU's lines
+    are computed over the whole period (so its pool part, rentals and the hosting fee's
+    pro-rating are the period's) with the owner's holding cut at every UTC midnight, each day
+    a run of its own; the owner's line of a day is that day's figures. Each is rounded to the
+    cent, so the days can miss the statement's sums by a few cents: each sum is then split
+    over the days by the largest-remainder method (accounting rule 7), weighted by those
+    figures.
+    """
+    frozen: dict[str, Any] = statement.frozen_inputs or {}
+    entries = frozen.get("gpus") or []
+    if any(not entry.get("cells") for entry in entries):
+        return None
+    owner = str(statement.owner_id)
+    period = Interval(statement.period.start, statement.period.end)
+    days = _days_of(period)
+    names = ("gross", *COSTS_INCLUDED)
+    found = {d.start: dict.fromkeys(names, ZERO) for d in days}
+    # The owner's holding cut at every midnight, each day under a key of its own, so that no
+    # two days merge into one run: one line per day (and share) the owner held a GPU.
+    keys = {f"{owner}@{n}": d.start for n, d in enumerate(days)}
+    for entry in entries:
+        gpu = gpu_inputs_from_frozen(entry)
+        if not any(owner in part.shares for part in gpu.ownership):
+            continue
+        held = [
+            OwnershipSlice(
+                piece,
+                {
+                    **{o: bps for o, bps in part.shares.items() if o != owner},
+                    f"{owner}@{n}": part.shares[owner],
+                },
+            )
+            for part in gpu.ownership
+            if owner in part.shares
+            for n, day in enumerate(days)
+            for piece in intersect([part.interval], [day])
+            if piece.seconds
+        ] + [part for part in gpu.ownership if owner not in part.shares]
+        try:
+            lines = gpu_lines(
+                period=period,
+                gpu=replace(gpu, ownership=held),
+                pool_cents=Decimal(entry["pool_cents"]),
+                pool_basis=PoolBasis(entry["pool_basis"]),
+                rates=rates_from_frozen(entry),
+            ).lines
+        except ValueError:
+            return None  # cells not cut at midnight (computed before they were)
+        for line in lines:
+            if line.owner in keys:
+                for name in names:
+                    found[keys[line.owner]][name] += getattr(line, name)
+    sums = statement_gpu_sums(statements=[statement]).get(statement.pk, {})
+    split: dict[str, dict[datetime, Decimal]] = {}
+    for name in names:
+        total = sums.get(name) or ZERO
+        weights = [(d.start, found[d.start][name]) for d in days]
+        if total and not any(weight for _, weight in weights):
+            return None  # nothing to weigh the sum by (not seen: a sum comes from these days)
+        split[name] = split_largest_remainder(total, weights)
+    return [
+        DayMoney(
+            day=d.start,
+            gross=split["gross"][d.start],
+            hosting_fee=split["hosting_fee"][d.start],
+            power_cost=split["power_cost"][d.start],
+            management_fee=split["management_fee"][d.start],
+        )
+        for d in days
+    ]
+
+
+def _days_of(period: Interval) -> list[Interval]:
+    days = []
+    day = period.start
+    while day < period.end:
+        days.append(Interval(day, min(day + DAY, period.end)))
+        day += DAY
+    return days

@@ -23,7 +23,7 @@ from django.utils.safestring import mark_safe
 from accounts.models import Owner, User
 from billing.engine.intervals import Interval, intersect
 from billing.models import RentalGpu, Statement, StatementLine
-from billing.selectors.earnings import statement_gpu_sums
+from billing.selectors.earnings import DayMoney, statement_days, statement_gpu_sums
 from fleet.models import Gpu
 from portal import charts
 from portal.access import owners_of_user, statements_for_user
@@ -149,6 +149,65 @@ def gpu_rows(statements: list[Statement], *, sort: str) -> list[GpuRow]:
         present.sort(key=lambda r: getattr(r, key), reverse=sort.startswith("-"))
         return present + absent  # no figure last, either way
     return rows[::-1] if sort == "-gpu" else rows
+
+
+@dataclass(frozen=True)
+class DayRow:
+    """One UTC day of one published statement (an account, a currency)."""
+
+    statement: Statement
+    money: DayMoney
+
+    @property
+    def currency(self) -> str:
+        return self.statement.currency
+
+    @property
+    def gross(self) -> Decimal:
+        return self.money.gross
+
+    @property
+    def hosting_fee(self) -> Decimal:
+        return self.money.hosting_fee
+
+    @property
+    def power_cost(self) -> Decimal:
+        return self.money.power_cost
+
+    @property
+    def management_fee(self) -> Decimal:
+        return self.money.management_fee
+
+    @property
+    def costs(self) -> Decimal:
+        return self.money.costs
+
+    @property
+    def net(self) -> Decimal:
+        return self.money.net
+
+
+@dataclass(frozen=True)
+class MonthDays:
+    """The month's published statements by day; those whose frozen inputs cannot say."""
+
+    rows: list[DayRow]
+    undivided: list[Statement]
+
+
+def month_days(statements: list[Statement], month: Period) -> MonthDays:
+    """The days of the published statements whose period starts in the month."""
+    rows: list[DayRow] = []
+    undivided: list[Statement] = []
+    for statement in statements:
+        if not month.start <= statement.period.start < month.month_end:
+            continue
+        days = statement_days(statement=statement)
+        if days is None:
+            undivided.append(statement)
+            continue
+        rows += [DayRow(statement, day) for day in days]
+    return MonthDays(rows, undivided)
 
 
 @dataclass(frozen=True)
@@ -347,8 +406,35 @@ def earnings(request: HttpRequest) -> HttpResponseBase:
         ),
     ]
     month = month_period(now=at, key=request.GET.get("month"))
+    by_day = month_days(statements, month)
     occupied = occupancy_of(user=user, period=month)
     tables += [
+        Table(
+            name="money_days",
+            caption=f"Earnings by day, {month.label} (final, from published statements)",
+            columns=[
+                Column(
+                    "Day (UTC)",
+                    lambda r: f"{r.money.day:%Y-%m-%d}",
+                    link=lambda r: statement_url(r.statement.pk),
+                ),
+                Column("Owner account", lambda r: r.statement.owner.legal_name),
+                Column("Currency", lambda r: r.currency),
+                _money("Gross", "gross", "gross"),
+                _money("Hosting fee", "hosting_fee", "hosting_fee"),
+                _money("Power cost", "power_cost", "power_cost"),
+                _money("Management fee", "management_fee", "management_fee"),
+                _money("Net", "net", "net"),
+            ],
+            rows=by_day.rows,
+            empty=f"No published statement for {month.label}: "
+            + (
+                "the month is still running; its figures so far are preliminary, on the overview."
+                if month.running
+                else "daily figures come from a published statement."
+            ),
+            basis_id=BASIS_ID,
+        ),
         Table(
             name="occupancy_days",
             caption=f"Occupancy by day, {month.label}",
@@ -390,6 +476,8 @@ def earnings(request: HttpRequest) -> HttpResponseBase:
                 f"occupancy {fmt_pct(occupied.fleet.occupancy)}."
             ),
             "occupancy_chart": _occupancy_chart(occupied, month),
+            "day_charts": _day_charts(by_day.rows, month),
+            "undivided": by_day.undivided,
         },
     )
 
@@ -422,6 +510,32 @@ def _charts(rows: list[PeriodRow]) -> list[str]:
                     f"in {currency}. The table below has the same figures.",
                     currency=currency,
                     id_prefix=f"money-{n}",
+                )
+            )
+        )
+    return out
+
+
+def _day_charts(rows: list[DayRow], month: Period) -> list[str]:
+    """One chart per owner account and currency, as for the periods."""
+    groups: dict[tuple[str, str], list[DayRow]] = defaultdict(list)
+    for row in rows:
+        groups[row.statement.owner.legal_name, row.currency].append(row)
+    out: list[str] = []
+    for n, ((owner, currency), mine) in enumerate(sorted(groups.items())):
+        bars = [charts.PeriodMoney(f"{r.money.day:%d}", r.gross, r.costs, r.net) for r in mine]
+        out.append(
+            mark_safe(  # noqa: S308 - built from escaped text and numbers only
+                charts.period_money_svg(
+                    bars,
+                    title=f"Gross, costs and net by day, {month.label}, {owner}, {currency} "
+                    "(final)",
+                    desc=f"Bars per UTC day of {month.label}: gross, the hosting fee, power "
+                    f"cost and management fee together, and net, in {currency}. The table "
+                    "below has the same figures.",
+                    currency=currency,
+                    id_prefix=f"money-day-{n}",
+                    x_title=f"Day of {month.label} (UTC)",
                 )
             )
         )
