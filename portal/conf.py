@@ -40,6 +40,11 @@ def notices_per_task() -> int:
     return _int("PORTAL_NOTICES_PER_TASK", 500)
 
 
+def notice_retention_days() -> int:
+    """Days a notice stays in the portal's list after it was first shown."""
+    return _int("PORTAL_NOTICE_RETENTION_DAYS", 365)
+
+
 def base_url() -> str:
     """Where the portal is reached, for links in emails (no trailing slash)."""
     value = getattr(settings, "PORTAL_BASE_URL", "http://localhost:8000")

@@ -38,3 +38,9 @@ def notifications_scan() -> int:
 @shared_task(name="portal.notices_send", **_RETRY)
 def notices_send() -> int:
     return notifications.notices_send(now=timezone.now())
+
+
+@shared_task(name="portal.notices_prune", **_RETRY)
+def notices_prune() -> int:
+    """Scheduled by beat every hour: the portal's notices past their retention."""
+    return notifications.portal_notices_prune(now=timezone.now())

@@ -11,3 +11,5 @@ PORTAL_LOGIN_FAILURES_PER_IP = env_int("PORTAL_LOGIN_FAILURES_PER_IP", 20, minim
 PORTAL_LOGIN_LOCKOUT_S = env_int("PORTAL_LOGIN_LOCKOUT_S", 15 * 60, minimum=1)
 PORTAL_SECOND_FACTOR_TIMEOUT_S = env_int("PORTAL_SECOND_FACTOR_TIMEOUT_S", 5 * 60, minimum=1)
 PORTAL_NOTICES_PER_TASK = env_int("PORTAL_NOTICES_PER_TASK", 500, minimum=1)
+# Notices in the portal's list are kept this long after they were first shown, then deleted.
+PORTAL_NOTICE_RETENTION_DAYS = env_int("PORTAL_NOTICE_RETENTION_DAYS", 365, minimum=30)

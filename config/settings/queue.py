@@ -59,4 +59,6 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "webhooks-events-prune": {"task": "webhooks.events_prune", "schedule": 3600.0},
     # Portal: notification emails from the audit trail and state changes, read forward.
     "portal-notifications-scan": {"task": "portal.notifications_scan", "schedule": 60.0},
+    # Portal: notices in the portal's list past PORTAL_NOTICE_RETENTION_DAYS.
+    "portal-notices-prune": {"task": "portal.notices_prune", "schedule": 3600.0},
 }

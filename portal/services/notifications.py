@@ -467,3 +467,26 @@ def notices_send(*, now: datetime, limit: int | None = None) -> int:
         Notice.objects.filter(pk=pk).update(sent_at=now)
         sent += 1
     return sent
+
+
+# Deleted in passes of this many rows, each its own short transaction.
+_PRUNE_BATCH = 5000
+
+
+def portal_notices_prune(*, now: datetime) -> int:
+    """Deletes the portal's notices first shown more than ``notice_retention_days`` before
+    ``now``, read or not; returns how many. The email ``Notice`` rows stay: they are what
+    keeps a scan from telling the same thing twice."""
+    cutoff = now - timedelta(days=conf.notice_retention_days())
+    deleted = 0
+    while True:
+        with transaction.atomic():
+            ids = list(
+                PortalNotice.objects.filter(shown_from__lt=cutoff)
+                .order_by("pk")
+                .values_list("pk", flat=True)[:_PRUNE_BATCH]
+            )
+            PortalNotice.objects.filter(pk__in=ids).delete()
+        deleted += len(ids)
+        if len(ids) < _PRUNE_BATCH:
+            return deleted
