@@ -57,7 +57,8 @@ check: $(STAMP)
 	SECRET_KEY=$$($(PY) -c "import secrets; print(secrets.token_urlsafe(50))") \
 	STEWARD_NODE_KEY_SECRET=$$($(PY) -c "import secrets; print(secrets.token_urlsafe(50))") \
 	STEWARD_WEBHOOK_KEY_SECRET=$$($(PY) -c "import secrets; print(secrets.token_urlsafe(50))") \
-	ALLOWED_HOSTS=steward.example.com \
+	ALLOWED_HOSTS=steward.example.com STEWARD_OPERATOR_LEGAL_NAME="Example Ltd" \
+	STEWARD_OPERATOR_ADDRESS="1 Example Street" STEWARD_OPERATOR_REGISTRATION="No. 0" \
 	$(PY) manage.py check --deploy --fail-level WARNING'
 
 bench: $(STAMP)

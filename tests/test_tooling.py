@@ -93,3 +93,17 @@ def test_production_settings_refuse_to_start_without_a_secret_key():
     )
     assert result.returncode != 0
     assert "SECRET_KEY is not set. Set SECRET_KEY (or SECRET_KEY_FILE)" in result.stderr
+
+
+def test_production_settings_refuse_to_start_without_the_operator_on_statements():
+    env = {k: v for k, v in os.environ.items() if k != "STEWARD_OPERATOR_LEGAL_NAME"}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings.production",
+        ALLOWED_HOSTS="x.example",
+        SECRET_KEY=secrets.token_urlsafe(50),
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "STEWARD_OPERATOR_LEGAL_NAME" in result.stderr

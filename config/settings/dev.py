@@ -9,6 +9,14 @@ os.environ.setdefault("STEWARD_WEBHOOK_KEY_SECRET", "dev-only-insecure-webhook-k
 os.environ.setdefault("WEBHOOK_ALLOW_HTTP", "true")
 os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 os.environ.setdefault("LOG_FORMAT", "text")
+# Who issues the statements (an example company outside production).
+os.environ.setdefault("STEWARD_OPERATOR_LEGAL_NAME", "Example GPU Hosting Ltd")
+os.environ.setdefault(
+    "STEWARD_OPERATOR_ADDRESS", "1 Example Street|Example City EX1 2MP|United Kingdom"
+)
+os.environ.setdefault(
+    "STEWARD_OPERATOR_REGISTRATION", "Registered in England and Wales No. 00000000"
+)
 
 from config.settings.base import *
 from config.settings.mail import mailer

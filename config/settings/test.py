@@ -8,6 +8,14 @@ os.environ.setdefault("STEWARD_WEBHOOK_KEY_SECRET", "test-only-insecure-webhook-
 os.environ.setdefault("WEBHOOK_ALLOW_HTTP", "true")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost,127.0.0.1")
 os.environ.setdefault("DEBUG", "false")
+# Who issues the statements (an example company outside production).
+os.environ.setdefault("STEWARD_OPERATOR_LEGAL_NAME", "Example GPU Hosting Ltd")
+os.environ.setdefault(
+    "STEWARD_OPERATOR_ADDRESS", "1 Example Street|Example City EX1 2MP|United Kingdom"
+)
+os.environ.setdefault(
+    "STEWARD_OPERATOR_REGISTRATION", "Registered in England and Wales No. 00000000"
+)
 # A queue of its own per test run, so a demo worker on the same Redis never takes its tasks.
 os.environ.setdefault("CELERY_DEFAULT_QUEUE", f"steward-test-{os.getpid()}")
 
