@@ -11,6 +11,7 @@ RUN pip install --no-cache-dir --require-hashes --no-deps -r requirements/base.t
 COPY . .
 RUN useradd --system --uid 10001 --home /app steward \
  && SECRET_KEY=build-only STEWARD_NODE_KEY_SECRET=build-only STEWARD_WEBHOOK_KEY_SECRET=build-only ALLOWED_HOSTS=build DATABASE_URL=postgresql://build/build \
+    STEWARD_OPERATOR_LEGAL_NAME=build STEWARD_OPERATOR_ADDRESS=build STEWARD_OPERATOR_REGISTRATION=build \
     REDIS_URL=redis://build:6379/0 STEWARD_VAR_DIR=/app/var python manage.py collectstatic --noinput \
  && chown -R steward /app/var
 USER steward
