@@ -38,11 +38,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             )
         parsed = accounts.api_key_parse(token.strip())
         found = access.key_for_request(prefix=parsed[0]) if parsed is not None else None
-        key = found.key if found is not None else None
-        if key is None or not hmac.compare_digest(
-            key.secret_sha256, accounts.api_key_hash(parsed[1] if parsed else "")
+        if found is None or not hmac.compare_digest(
+            found.key.secret_sha256, accounts.api_key_hash(parsed[1] if parsed else "")
         ):
             raise exceptions.AuthenticationFailed("This API key is not valid.")
+        key = found.key
         now = timezone.now()
         if key.revoked_at is not None:
             raise exceptions.AuthenticationFailed("This API key was revoked.")
@@ -50,7 +50,6 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("This API key has expired.")
         if not key.created_by.is_active:
             raise exceptions.AuthenticationFailed("The user who made this API key is inactive.")
-        assert found is not None
         if not found.maker_belongs:
             # As a personal key stops when its maker leaves the owner account: the key was
             # made on the partner's behalf by someone who no longer acts for it.

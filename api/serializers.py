@@ -358,9 +358,8 @@ def _plain_fields(
 ) -> tuple[tuple[str, str, Callable[[Any], Any]], ...]:
     out = []
     for name, field in serializer_class().fields.items():
-        assert not isinstance(
-            field, (serializers.BaseSerializer, serializers.SerializerMethodField)
-        )
+        if isinstance(field, (serializers.BaseSerializer, serializers.SerializerMethodField)):
+            raise TypeError(f"{serializer_class.__name__}.{name}: plain fields only")
         out.append((name, str(field.source), _converter(field)))
     return tuple(out)
 
@@ -424,7 +423,8 @@ def _gpu_converters() -> tuple[
     tuple[tuple[str, str, Callable[[Any], Any]], ...],
 ]:
     fields = GpuSerializer().fields
-    assert list(fields) == [*GPU_ROW_SOURCES, "placement", "holdings"], list(fields)
+    if list(fields) != [*GPU_ROW_SOURCES, "placement", "holdings"]:
+        raise RuntimeError(f"GpuSerializer's fields changed: {list(fields)}; update the rows")
     top = tuple(
         (name, source, _converter(fields[name])) for name, source in GPU_ROW_SOURCES.items()
     )
@@ -432,7 +432,8 @@ def _gpu_converters() -> tuple[
     nested = tuple(
         (name, str(field.source), _converter(field)) for name, field in placement.items()
     )
-    assert [source for _, source, _ in nested] == list(PLACEMENT_SOURCES)
+    if [source for _, source, _ in nested] != list(PLACEMENT_SOURCES):
+        raise RuntimeError("the placement's fields changed; update PLACEMENT_SOURCES")
     return top, nested
 
 
@@ -486,9 +487,11 @@ def _series_shape_checked() -> bool:
     """The template above is ``SeriesPointSerializer``'s shape: the same fields in the same
     order, its decimals shown as fixed 6-place strings."""
     fields = SeriesPointSerializer().fields
-    assert tuple(fields) == _PLAIN_POINT_FIELDS, list(fields)
+    if tuple(fields) != _PLAIN_POINT_FIELDS:
+        raise RuntimeError(f"SeriesPointSerializer's fields changed: {list(fields)}")
     for name in _PLAIN_POINT_FIELDS[8:]:
-        assert _converter(fields[name])(Decimal("0.5")) == "0.500000", name
+        if _converter(fields[name])(Decimal("0.5")) != "0.500000":
+            raise RuntimeError(f"SeriesPointSerializer.{name} no longer shows 6 places")
     return True
 
 
@@ -496,7 +499,8 @@ def _six(numerator: int, denominator: int) -> str:
     """numerator ÷ denominator (numerator ≥ 0, denominator > 0) rounded half-even to 6
     places, as a JSON string in fixed point: how the series' decimals render."""
     text = ratio_of(numerator, denominator)
-    assert text is not None
+    if text is None:
+        raise ValueError(f"{numerator} ÷ {denominator}: the denominator must be above 0")
     return f'"{text}"'
 
 

@@ -4,6 +4,7 @@ asks ``api.access`` for what the caller may see, and serializes it."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import secrets
 from collections.abc import Callable, Sequence
@@ -80,7 +81,8 @@ class ApiView(GenericAPIView[Any]):
     @property
     def caller(self) -> Caller:
         caller: Any = self.request.user
-        assert isinstance(caller, Caller)
+        if not isinstance(caller, Caller):
+            raise TypeError("API views run behind key authentication: the user is a Caller")
         return caller
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -153,7 +155,8 @@ class _SplicedJSONRenderer(JSONRenderer):
             return super().render(whole, accepted_media_type, renderer_context)
         head = {**data.head, data.key: self._HOLE[1:-1]}
         body = super().render(head, accepted_media_type, renderer_context)
-        assert body.count(self._HOLE.encode()) == 1
+        if body.count(self._HOLE.encode()) != 1:
+            raise RuntimeError("the rendered head must hold the raw body's place exactly once")
         return body.replace(self._HOLE.encode(), data.raw)
 
 
@@ -214,7 +217,8 @@ class GpuList(_GpuMixin, ListAPIView[Any]):
         now = datetime.now(UTC)
         rows: Any = self.rows(now)  # duck-typed for the ordering filter and the paginator
         page: list[dict[str, Any]] | None = self.paginate_queryset(self.filter_queryset(rows))
-        assert page is not None
+        if page is None:
+            raise RuntimeError("list views always paginate")
         holdings = access.holdings_for_caller(
             caller=self.caller,
             scope=ApiScope.FLEET_READ,

@@ -225,7 +225,8 @@ def _check_slots(rows: list[ImportRow]) -> None:
     }
     first: dict[tuple[object, int], int] = {}
     for row in placed:
-        assert row.node is not None and row.slot is not None
+        if row.node is None or row.slot is None:
+            raise RuntimeError(f"row {row.line}: placed without a node and slot")
         key = (row.node.pk, row.slot)
         taken = occupied.get(key)
         if taken is not None:

@@ -33,7 +33,8 @@ def session_record(*, request: HttpRequest, user: User) -> UserSession:
     if request.session.session_key is None:
         request.session.save()
     key = request.session.session_key
-    assert key is not None
+    if key is None:
+        raise RuntimeError("a saved session has a key")
     row, _ = UserSession.objects.update_or_create(
         session_key=key,
         defaults={

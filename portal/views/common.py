@@ -73,7 +73,8 @@ def disclosure_is_acknowledged(user: User) -> bool:
 
 
 def the_user(request: HttpRequest) -> User:
-    assert isinstance(request.user, User)
+    if not isinstance(request.user, User):
+        raise TypeError("portal views run behind login: the request has a signed-in user")
     return request.user
 
 

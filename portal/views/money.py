@@ -148,7 +148,8 @@ def earnings_blocks(
     GPU line in it), or None when the period's figures cannot be worked out yet. Only for a
     user who acknowledged the current disclosure."""
     disclosure = disclosure_current()
-    assert disclosure is not None, "earnings are shown only after the disclosure"
+    if disclosure is None:
+        raise RuntimeError("earnings are shown only after the disclosure")
     out: list[tuple[Period, list[EarningsBlock] | None]] = []
     for index, period in enumerate(periods):
         try:

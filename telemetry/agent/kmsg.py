@@ -129,7 +129,8 @@ class KernelLogReader:
         return found
 
     def _read_records(self) -> list[str]:
-        assert self._fd is not None
+        if self._fd is None:
+            raise RuntimeError("the kernel log is not open")
         out: list[str] = []
         while len(out) < 10_000:
             try:
@@ -153,7 +154,8 @@ class KernelLogReader:
         return out
 
     def _read_file(self) -> list[str]:
-        assert self._fd is not None
+        if self._fd is None:
+            raise RuntimeError("the kernel log is not open")
         if os.fstat(self._fd).st_size < self._offset + len(self._pending):
             self._offset, self._pending = 0, b""  # truncated in place: start over
             os.lseek(self._fd, 0, os.SEEK_SET)

@@ -203,7 +203,8 @@ class WindowBuilder:
     def observed(self, stopped_at: float | None = None) -> tuple[int, int]:
         """[from, to): whole seconds of the minute the agent observed (to may equal from when
         it stopped at the very instant of its only look: nothing to send)."""
-        assert self.first_look is not None, "a window without a look is never sent"
+        if self.first_look is None:
+            raise RuntimeError("a window without a look is never sent")
         lo = math.floor(round(self.first_look, 6))
         hi = min(WINDOW_S, math.ceil(round(self.look_end, 6)))
         if stopped_at is not None and stopped_at < self.end:
