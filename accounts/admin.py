@@ -50,9 +50,17 @@ class MembershipInline(admin.TabularInline[Membership, Owner]):
 
 @admin.register(Owner)
 class OwnerAdmin(admin.ModelAdmin[Owner]):
-    list_display = ("legal_name", "kind", "contact_email", "billing_currency", "time_zone")
+    list_display = (
+        "account_number",
+        "legal_name",
+        "kind",
+        "contact_email",
+        "billing_currency",
+        "time_zone",
+    )
     list_filter = ("kind", "billing_currency")
-    search_fields = ("legal_name", "contact_email")
+    search_fields = ("legal_name", "contact_email", "=account_number")
+    readonly_fields = ("account_number",)
     inlines: ClassVar = [MembershipInline]
 
 

@@ -59,13 +59,16 @@ def owner_create(
     contact_email: str,
     billing_currency: str = "USD",
     time_zone: str = "UTC",
+    postal_address: str = "",
 ) -> Owner:
+    """A new owner account; the database gives it its account number."""
     owner = Owner(
         kind=kind,
         legal_name=legal_name,
         contact_email=contact_email,
         billing_currency=billing_currency,
         time_zone=time_zone,
+        postal_address=postal_address.strip(),
     )
     owner.full_clean()
     owner.save()

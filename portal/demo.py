@@ -64,7 +64,9 @@ def _user(
     )
 
 
-def _owner(legal_name: str, *, kind: str, email: str, currency: str, tz: str) -> Owner:
+def _owner(
+    legal_name: str, *, kind: str, email: str, currency: str, tz: str, address: str
+) -> Owner:
     existing = Owner.objects.filter(legal_name=legal_name).first()
     if existing is not None:
         return existing
@@ -74,6 +76,7 @@ def _owner(legal_name: str, *, kind: str, email: str, currency: str, tz: str) ->
         contact_email=email,
         billing_currency=currency,
         time_zone=tz,
+        postal_address=address,
     )
 
 
@@ -90,6 +93,7 @@ def seed_demo(*, password: str) -> dict[str, object]:
         email="billing@alice.example",
         currency="EUR",
         tz="Europe/Berlin",
+        address="Alice Compute Ltd\nFriedrichstraße 12\n10117 Berlin\nGermany",
     )
     bob_owner = _owner(
         "Bob Chen",
@@ -97,6 +101,7 @@ def seed_demo(*, password: str) -> dict[str, object]:
         email="bob@owner.example",
         currency="USD",
         tz="America/New_York",
+        address="Bob Chen\n200 Hudson Street, Apt 4B\nNew York, NY 10013\nUSA",
     )
     accounts.membership_grant(user=alice, owner=alice_co, role=Membership.Role.ADMIN)
     accounts.membership_grant(user=bob, owner=bob_owner, role=Membership.Role.ADMIN)
