@@ -240,13 +240,6 @@ def owners_for_caller(*, caller: Caller) -> QuerySet[Owner]:
     return Owner.objects.filter(pk__in=ids)
 
 
-def owner_for_caller(*, caller: Caller, owner_id: Any) -> Owner:
-    owner = owners_for_caller(caller=caller).filter(pk=owner_id).first()
-    if owner is None:
-        raise Http404("No such owner.")
-    return owner
-
-
 def _live_at(at: datetime) -> Q:
     return Q(valid_from__lte=at) & (Q(valid_to__isnull=True) | Q(valid_to__gt=at))
 
