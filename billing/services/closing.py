@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -26,6 +27,7 @@ from accounts.models import Disclosure, User
 from billing.models import Period, Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
 from billing.selectors.pending import telemetry_pending
+from billing.services.audit import billing_audit, values
 from billing.services.computing import (
     Draft,
     StatementKey,
@@ -116,30 +118,69 @@ def _refuse_gap(*, start: datetime, end: datetime) -> None:
     )
 
 
+def _require_open(period: Period) -> None:
+    if period.status != Period.Status.OPEN:
+        raise ValidationError({"period": f"Period {period} is {period.status}, not open."})
+
+
+def _require_ended(period: Period) -> None:
+    if period.end > timezone.now():
+        raise ValidationError({"period": f"Period {period} has not ended yet."})
+
+
+def close_start_checks(period: Period) -> list[tuple[str, Callable[[], object]]]:
+    """What a close checks before it starts, in order, by name: each raises the error the
+    close refuses with. ``period_close_start`` runs them all; the guided close page shows
+    each one's state (``period_close_refusals``)."""
+    return [
+        ("open", lambda: _require_open(period)),
+        ("ended", lambda: _require_ended(period)),
+        ("order", lambda: _refuse_out_of_order(period)),
+        ("telemetry", lambda: refuse_pending_telemetry(period, "close")),
+        ("disclosure", _disclosure),
+    ]
+
+
+def period_close_refusals(*, period: Period) -> dict[str, str]:
+    """Why ``period_close_start`` would refuse ``period`` now, by check (empty: it would
+    start). Changes and locks nothing."""
+    refusals = {}
+    for name, check in close_start_checks(period):
+        try:
+            check()
+        except ValidationError as error:
+            refusals[name] = " ".join(error.messages)
+    return refusals
+
+
 @transaction.atomic
-def period_close_start(*, period: Period, by: User) -> Period:
+def period_close_start(*, period: Period, by: User, reason: str = "") -> Period:
     """open → closing. Refuses with unprocessed telemetry, an earlier month not closed (or
     without a period), a later period closing or closed, a period not ended yet, or no
     published disclosure; changes nothing then."""
-    del by
     locked = Period.objects.select_for_update().get(pk=period.pk)
-    if locked.status != Period.Status.OPEN:
-        raise ValidationError({"period": f"Period {locked} is {locked.status}, not open."})
-    if locked.end > timezone.now():
-        raise ValidationError({"period": f"Period {locked} has not ended yet."})
-    _refuse_out_of_order(locked)
-    refuse_pending_telemetry(locked, "close")
-    _disclosure()
+    for _, check in close_start_checks(locked):
+        check()
     updated = Period.objects.filter(pk=locked.pk, status=Period.Status.OPEN).update(
         status=Period.Status.CLOSING, closing_started_at=timezone.now()
     )
-    assert updated == 1
+    if updated != 1:  # the row is locked and was open: only a broken lock gets here
+        raise ValidationError({"period": f"Period {locked} changed while it was locked."})
     locked.refresh_from_db()
+    billing_audit(
+        locked,
+        action="billing.period.close_start",
+        by=by,
+        reason=reason,
+        before={"status": Period.Status.OPEN.value},
+        after=values(locked, "status", "closing_started_at"),
+    )
     return locked
 
 
-def period_close_run(*, period: Period) -> CloseRun:
-    """(Re)computes every draft of a closing period. Free to run again at any time."""
+def period_close_run(*, period: Period, by: User | None = None, reason: str = "") -> CloseRun:
+    """(Re)computes every draft of a closing period. Free to run again at any time. ``by``:
+    the operator who runs it (None: Steward itself, e.g. resuming a run)."""
     period.refresh_from_db()
     if period.status != Period.Status.CLOSING:
         raise ValidationError(
@@ -148,26 +189,45 @@ def period_close_run(*, period: Period) -> CloseRun:
     refuse_pending_telemetry(period, "compute statements for")
     with collector_paused():
         drafts = statements_compute(period=period, disclosure=_disclosure())
-        return statements_write(period=period, drafts=drafts)
+        return statements_write(period=period, drafts=drafts, by=by, reason=reason)
 
 
-def period_close(*, period: Period, by: User) -> CloseRun:
+def period_close(*, period: Period, by: User, reason: str = "") -> CloseRun:
     """open → closing, then the drafts. When the drafts cannot be computed (bad input: a
     pool with nothing to split it by, revenue in a currency a co-owner is not billed in),
     the period goes back to open, so the operator can correct what the error names."""
-    started = period_close_start(period=period, by=by)
+    started = period_close_start(period=period, by=by, reason=reason)
     try:
-        return period_close_run(period=started)
-    except ValidationError:
+        return period_close_run(period=started, by=by, reason=reason)
+    except ValidationError as error:
         with transaction.atomic():
-            if not Statement.objects.filter(period=started).exists():
+            reopened = not Statement.objects.filter(period=started).exists() and bool(
                 Period.objects.filter(pk=started.pk, status=Period.Status.CLOSING).update(
                     status=Period.Status.OPEN, closing_started_at=None
+                )
+            )
+            if reopened:
+                billing_audit(
+                    started,
+                    action="billing.period.reopen",
+                    by=by,
+                    reason="The drafts could not be computed: " + " ".join(error.messages),
+                    before={"status": Period.Status.CLOSING.value},
+                    after={"status": Period.Status.OPEN.value},
                 )
         raise
 
 
-def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> CloseRun:
+def statements_write(
+    *,
+    period: Period,
+    drafts: dict[StatementKey, Draft],
+    by: User | None = None,
+    reason: str = "",
+) -> CloseRun:
+    """Writes the drafts (see the module's docstring). Its last transaction, which removes
+    the drafts of owners who have none any more, also writes the run's audit entry
+    (``billing.period.compute``, with its counts)."""
     keys = sorted(drafts)
     chunks = [keys[i : i + WRITE_CHUNK] for i in range(0, len(keys), WRITE_CHUNK)]
     if WRITERS > 1 and len(chunks) > 1 and not connection.in_atomic_block:
@@ -191,7 +251,11 @@ def statements_write(*, period: Period, drafts: dict[StatementKey, Draft]) -> Cl
                 statement.lines.all().delete()
                 statement.delete()
                 removed += 1
-    return CloseRun(written, unchanged, removed, skipped)
+        run = CloseRun(written, unchanged, removed, skipped)
+        billing_audit(
+            period, action="billing.period.compute", by=by, reason=reason, after=asdict(run)
+        )
+    return run
 
 
 def _write_chunk(
@@ -447,9 +511,8 @@ def _copy(table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> 
 
 
 @transaction.atomic
-def period_close_finish(*, period: Period, by: User) -> Period:
+def period_close_finish(*, period: Period, by: User, reason: str = "") -> Period:
     """closing → closed, once every statement of the period is published."""
-    del by
     locked = Period.objects.select_for_update().get(pk=period.pk)
     if locked.status != Period.Status.CLOSING:
         raise ValidationError({"period": f"Period {locked} is {locked.status}, not closing."})
@@ -462,4 +525,15 @@ def period_close_finish(*, period: Period, by: User) -> Period:
         status=Period.Status.CLOSED, closed_at=timezone.now()
     )
     locked.refresh_from_db()
+    billing_audit(
+        locked,
+        action="billing.period.close_finish",
+        by=by,
+        reason=reason,
+        before={"status": Period.Status.CLOSING.value},
+        after={
+            **values(locked, "status", "closed_at"),
+            "statements": locked.statements.count(),
+        },
+    )
     return locked

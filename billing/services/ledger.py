@@ -11,6 +11,7 @@ from django.db.models import Sum
 
 from accounts.models import Owner, User
 from billing.models import Adjustment, Payout, Period, Statement
+from billing.services.audit import billing_audit, values
 from billing.services.periods import periods_open_require
 
 
@@ -65,6 +66,7 @@ def payout_record(
     paid_on: date,
     reference: str,
     by: User,
+    reason: str = "",
 ) -> Payout:
     """Money paid to an owner, against their published balance. Refused if it exceeds the
     balance available, if its date falls in a period already closing or closed, or if it is
@@ -104,7 +106,7 @@ def payout_record(
         )
     try:
         with transaction.atomic():
-            return Payout.objects.create(
+            payout = Payout.objects.create(
                 owner=owner,
                 currency=currency,
                 amount=amount,
@@ -114,6 +116,17 @@ def payout_record(
             )
     except IntegrityError as exc:
         raise ValidationError({"reference": f"Reference {reference} is already recorded."}) from exc
+    billing_audit(
+        payout,
+        action="billing.payout.record",
+        by=by,
+        reason=reason,
+        after={
+            **values(payout, "owner_id", "currency", "amount", "paid_on", "reference"),
+            "available_before": available,
+        },
+    )
+    return payout
 
 
 @transaction.atomic
@@ -141,7 +154,7 @@ def adjustment_add(
         what="The adjustment",
         instead="Adjustments go in an open period.",
     )
-    return Adjustment.objects.create(
+    adjustment = Adjustment.objects.create(
         owner=owner,
         period=period,
         currency=currency,
@@ -150,3 +163,11 @@ def adjustment_add(
         source=Adjustment.Source.MANUAL,
         created_by=by,
     )
+    billing_audit(
+        adjustment,
+        action="billing.adjustment.add",
+        by=by,
+        reason=reason,
+        after=values(adjustment, "owner_id", "period_id", "currency", "amount", "source"),
+    )
+    return adjustment

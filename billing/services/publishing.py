@@ -26,6 +26,7 @@ from accounts.models import Disclosure, User
 from billing.engine.document import BASIS, document_from_frozen, sha256_hex
 from billing.models import Period, Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
+from billing.services.audit import billing_audit
 from billing.services.closing import line_rows, refuse_pending_telemetry
 from webhooks.models import EventType
 from webhooks.outbox import Event, events_emit
@@ -89,7 +90,7 @@ def _refuse_superseded_disclosure(statement: Statement) -> None:
 
 
 @transaction.atomic
-def statement_publish_request(*, statement: Statement, by: User) -> Statement:
+def statement_publish_request(*, statement: Statement, by: User, reason: str = "") -> Statement:
     _operator(by, "request publishing of")
     period = Period.objects.select_for_update().get(pk=statement.period_id)
     if period.status != Period.Status.CLOSING:
@@ -108,11 +109,20 @@ def statement_publish_request(*, statement: Statement, by: User) -> Statement:
         raise ValidationError(
             {"statement": f"This statement is {current.get_status_display().lower()}, not a draft."}
         )
-    return Statement.objects.get(pk=statement.pk)
+    requested = Statement.objects.select_related("owner", "period").get(pk=statement.pk)
+    billing_audit(
+        requested,
+        action="billing.statement.publish_request",
+        by=by,
+        reason=reason,
+        before={"status": Statement.Status.DRAFT.value},
+        after={"status": requested.status, "content_sha256": requested.content_sha256},
+    )
+    return requested
 
 
 @transaction.atomic
-def statement_publish_approve(*, statement: Statement, by: User) -> Statement:
+def statement_publish_approve(*, statement: Statement, by: User, reason: str = "") -> Statement:
     _operator(by, "approve")
     current = Statement.objects.get(pk=statement.pk)
     if current.status == Statement.Status.PUBLISHED:
@@ -148,8 +158,19 @@ def statement_publish_approve(*, statement: Statement, by: User) -> Statement:
                 "else, or recomputed); look again."
             }
         )
-    published = Statement.objects.select_related("period").get(pk=current.pk)
+    published = Statement.objects.select_related("owner", "period").get(pk=current.pk)
     events_emit(events=[statement_published_event(published)])
+    billing_audit(
+        published,
+        action="billing.statement.publish_approve",
+        by=by,
+        reason=reason,
+        before={
+            "status": Statement.Status.PUBLISH_REQUESTED.value,
+            "requested_by_id": current.requested_by_id,
+        },
+        after={"status": published.status, "content_sha256": published.content_sha256},
+    )
     return published
 
 

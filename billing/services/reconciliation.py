@@ -25,6 +25,7 @@ from django.db.models import Sum
 from accounts import selectors as accounts_selectors
 from accounts.models import User
 from billing.models import Adjustment, Period, Statement, StatementLine
+from billing.services.audit import billing_audit
 from billing.services.closing import refuse_pending_telemetry
 from billing.services.computing import statements_compute
 from billing.services.periods import period_for_month
@@ -77,7 +78,10 @@ def _new_line_stem(period: Period, key: LineKey) -> str:
     return f"reconcile:{period.pk}:new:{digest}"  # ~82 characters of the key's 100
 
 
-def period_reconcile(*, period: Period, by: User) -> Reconciliation:
+def period_reconcile(*, period: Period, by: User, reason: str = "") -> Reconciliation:
+    """Adjusts the next open period for what changed in closed ``period`` since it was
+    published; one audit entry (``billing.period.reconcile``, about ``period``) when it adds
+    any adjustment."""
     period.refresh_from_db()
     if period.status != Period.Status.CLOSED:
         raise ValidationError(
@@ -178,6 +182,18 @@ def period_reconcile(*, period: Period, by: User) -> Reconciliation:
                     )
             except IntegrityError:
                 continue  # a concurrent run recorded this very adjustment
+        if added:
+            billing_audit(
+                period,
+                action="billing.period.reconcile",
+                by=by,
+                reason=reason,
+                after={
+                    "into_period_id": locked.pk,
+                    "adjustments": [a.pk for a in added],
+                    "total": sum((a.amount for a in added), Decimal("0.00")),
+                },
+            )
     return Reconciliation(into=into, added=added)
 
 

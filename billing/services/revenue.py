@@ -12,9 +12,13 @@ from django.db.models import Q
 
 from accounts.models import User
 from billing.models import ClusterBilling, Period, PoolRevenue, RateCard, Rental, RentalGpu
+from billing.selectors.facts import pool_basis_in_force
+from billing.services.audit import billing_audit, values
 from billing.services.periods import month_bounds, periods_open_require
+from core.inputs import require_instant
+from core.instants import iso_z
+from core.locks import lock
 from fleet.models import Cluster, Gpu, Placement
-from fleet.services._common import fmt, lock_gpus, require_instant
 
 
 def _currency(value: str) -> str:
@@ -45,6 +49,7 @@ def rate_card_create(
     waive_hosting_in_operator_incidents: bool,
     waive_hosting_when_down: bool = False,
     by: User,
+    reason: str = "",
 ) -> RateCard:
     require_instant(effective_from, field="effective_from")
     if effective_to is not None:
@@ -68,7 +73,7 @@ def rate_card_create(
         field="effective_from",
         what="The rate card",
         instead=lambda computed: (
-            f"Start the card at {fmt(computed.end)} or later (correct a "
+            f"Start the card at {iso_z(computed.end)} or later (correct a "
             "computed period with an adjustment)."
         ),
     )
@@ -92,7 +97,7 @@ def rate_card_create(
         )
     try:
         with transaction.atomic():
-            return RateCard.objects.create(
+            card = RateCard.objects.create(
                 cluster=cluster,
                 currency=currency,
                 effective_from=effective_from,
@@ -107,10 +112,32 @@ def rate_card_create(
             )
     except IntegrityError as exc:  # a concurrent card won the race; the trigger said no
         raise ValidationError({"effective_from": str(exc).splitlines()[0]}) from exc
+    billing_audit(
+        card,
+        action="billing.rate_card.create",
+        by=by,
+        reason=reason,
+        after=values(card, *_CARD_FIELDS),
+    )
+    return card
+
+
+_CARD_FIELDS = (
+    "cluster_id",
+    "currency",
+    "effective_from",
+    "effective_to",
+    "hosting_fee_per_gpu_month",
+    "price_per_kwh",
+    "pue",
+    "management_fee_pct",
+    "waive_hosting_in_operator_incidents",
+    "waive_hosting_when_down",
+)
 
 
 @transaction.atomic
-def rate_card_end(*, card: RateCard, at: datetime) -> RateCard:
+def rate_card_end(*, card: RateCard, at: datetime, by: User, reason: str = "") -> RateCard:
     """Ends ``card`` at ``at``, so a new card can follow it: the one change a card takes.
 
     Only earlier than it ends now (a card never grows over another), after it starts, and
@@ -120,12 +147,12 @@ def rate_card_end(*, card: RateCard, at: datetime) -> RateCard:
     locked = RateCard.objects.select_for_update().get(pk=card.pk)
     if at <= locked.effective_from:
         raise ValidationError(
-            {"at": f"must be after the card starts ({fmt(locked.effective_from)})."}
+            {"at": f"must be after the card starts ({iso_z(locked.effective_from)})."}
         )
     if locked.effective_to is not None and at >= locked.effective_to:
         raise ValidationError(
             {
-                "at": f"the card already ends at {fmt(locked.effective_to)}; "
+                "at": f"the card already ends at {iso_z(locked.effective_to)}; "
                 "its end only moves earlier."
             }
         )
@@ -133,13 +160,22 @@ def rate_card_end(*, card: RateCard, at: datetime) -> RateCard:
         start=at,
         end=locked.effective_to,
         field="at",
-        what=f"Ending the card at {fmt(at)}",
+        what=f"Ending the card at {iso_z(at)}",
         instead=lambda computed: (
-            f"They were computed with this card: end it at {fmt(computed.end)} or later."
+            f"They were computed with this card: end it at {iso_z(computed.end)} or later."
         ),
     )
+    before = values(locked, "effective_to")
     locked.effective_to = at
     locked.save(update_fields=["effective_to"])
+    billing_audit(
+        locked,
+        action="billing.rate_card.end",
+        by=by,
+        reason=reason,
+        before=before,
+        after=values(locked, "effective_to"),
+    )
     return locked
 
 
@@ -165,7 +201,7 @@ def cluster_pool_basis_set(
     if effective_from != month_bounds(year=effective_from.year, month=effective_from.month)[0]:
         raise ValidationError(
             {
-                "effective_from": f"{fmt(effective_from)} is not the start of a month; a pool "
+                "effective_from": f"{iso_z(effective_from)} is not the start of a month; a pool "
                 "basis changes only at a period's start (the first second of a calendar "
                 "month, e.g. 2026-04-01T00:00:00Z), so that a period has one basis."
             }
@@ -174,8 +210,8 @@ def cluster_pool_basis_set(
     if inside is not None:
         raise ValidationError(
             {
-                "effective_from": f"{fmt(effective_from)} is inside period {inside}; a pool "
-                f"basis changes only at a period's start (e.g. {fmt(inside.end)})."
+                "effective_from": f"{iso_z(effective_from)} is inside period {inside}; a pool "
+                f"basis changes only at a period's start (e.g. {iso_z(inside.end)})."
             }
         )
     if not reason.strip():
@@ -192,24 +228,34 @@ def cluster_pool_basis_set(
         end=later.effective_from if later is not None else None,
         field="effective_from",
         what=f"The change of cluster {cluster}'s pool basis",
-        instead=lambda computed: f"Make it take effect at {fmt(computed.end)} or later.",
+        instead=lambda computed: f"Make it take effect at {iso_z(computed.end)} or later.",
     )
     Cluster.objects.select_for_update().get(pk=cluster.pk)
     if ClusterBilling.objects.filter(cluster=cluster, effective_from=effective_from).exists():
         raise ValidationError(
             {
                 "effective_from": f"cluster {cluster}'s pool basis already changes at "
-                f"{fmt(effective_from)}; a recorded change is never edited (add one at "
+                f"{iso_z(effective_from)}; a recorded change is never edited (add one at "
                 "another period's start)."
             }
         )
-    return ClusterBilling.objects.create(
+    before = pool_basis_in_force(cluster_id=cluster.pk, at=effective_from)
+    row = ClusterBilling.objects.create(
         cluster=cluster,
         effective_from=effective_from,
         pool_split_basis=basis,
         reason=reason.strip(),
         created_by=by,
     )
+    billing_audit(
+        row,
+        action="billing.pool_basis.set",
+        by=by,
+        reason=reason,
+        before={"pool_split_basis": before.value},
+        after=values(row, "cluster_id", "effective_from", "pool_split_basis"),
+    )
+    return row
 
 
 def _gpus_outside_cluster(
@@ -252,8 +298,8 @@ def _refuse_overlapping_rentals(
         raise ValidationError(
             {
                 "gpus": f"GPU {clash.gpu.serial} is already rented from "
-                f"{fmt(rental.starts_at)} to {fmt(rental.ends_at)} (rental {rental.pk}), "
-                f"which overlaps {fmt(starts_at)} to {fmt(ends_at)}; a GPU is in one "
+                f"{iso_z(rental.starts_at)} to {iso_z(rental.ends_at)} (rental {rental.pk}), "
+                f"which overlaps {iso_z(starts_at)} to {iso_z(ends_at)}; a GPU is in one "
                 "rental at a time."
             }
         )
@@ -270,6 +316,7 @@ def rental_create(
     currency: str,
     customer_reference: str,
     by: User,
+    reason: str = "",
 ) -> Rental:
     """GPUs of a cluster rented over ``[starts_at, ends_at)``. Refused if a GPU is not in the
     cluster for the whole of it, is already rented over part of it, or if it reaches into a
@@ -300,7 +347,7 @@ def rental_create(
     )
     # One rental of a GPU at a time: its row lock makes a concurrent rental of it wait,
     # then see this one.
-    lock_gpus(gpus)
+    lock(Gpu.objects.filter(pk__in=[gpu.pk for gpu in gpus]))
     _refuse_overlapping_rentals(gpus, starts_at, ends_at)
     rental = Rental.objects.create(
         cluster=cluster,
@@ -316,6 +363,24 @@ def rental_create(
             RentalGpu.objects.bulk_create([RentalGpu(rental=rental, gpu=gpu) for gpu in gpus])
     except IntegrityError as exc:  # a rental written by another path; the trigger said no
         raise ValidationError({"gpus": str(exc).splitlines()[0]}) from exc
+    billing_audit(
+        rental,
+        action="billing.rental.create",
+        by=by,
+        reason=reason,
+        after={
+            **values(
+                rental,
+                "cluster_id",
+                "starts_at",
+                "ends_at",
+                "rate_per_gpu_hour",
+                "currency",
+                "customer_reference",
+            ),
+            "gpus": sorted(gpu.serial for gpu in gpus),
+        },
+    )
     return rental
 
 
@@ -327,6 +392,7 @@ def pool_add(
     currency: str,
     description: str,
     by: User,
+    reason: str = "",
 ) -> PoolRevenue:
     _not_negative(amount=amount)
     if amount != amount.quantize(Decimal("0.01")):
@@ -339,7 +405,7 @@ def pool_add(
             what="The pool amount",
             instead="Pool amounts go only into open periods.",
         )
-        return PoolRevenue.objects.create(
+        pool = PoolRevenue.objects.create(
             cluster=cluster,
             period=period,
             amount=amount,
@@ -347,3 +413,11 @@ def pool_add(
             description=description,
             created_by=by,
         )
+        billing_audit(
+            pool,
+            action="billing.pool.add",
+            by=by,
+            reason=reason,
+            after=values(pool, "cluster_id", "period_id", "amount", "currency", "description"),
+        )
+        return pool

@@ -100,7 +100,7 @@ def management_change_world(by: User) -> dict[str, Any]:
     alice = s.owner("Alice Compute Ltd")
     s.own(gpu, alice, 10_000, s.EPOCH)
     s.card(f, by)
-    rate_card_end(card=RateCard.objects.get(cluster=f.cluster), at=CARD_CHANGE)
+    rate_card_end(card=RateCard.objects.get(cluster=f.cluster), at=CARD_CHANGE, by=by)
     s.card(f, by, effective_from=CARD_CHANGE, management_fee_pct=D("12.5"))
     _up_all_march(gpu, f.node)
     s.rebuild(*MARCH)

@@ -69,7 +69,7 @@ def _inputs(w: dict[str, Any], by: Any, month: Period) -> dict[str, Callable[[],
             by=by,
         ),
         "rate card end": lambda: revenue.rate_card_end(
-            card=RateCard.objects.get(currency="EUR"), at=start + DAY
+            card=RateCard.objects.get(currency="EUR"), at=start + DAY, by=by
         ),
         "adjustment": lambda: ledger.adjustment_add(
             owner=w["alice"], period=month, currency="EUR", amount=D("-1.00"), reason="r", by=by

@@ -207,7 +207,7 @@ def test_an_open_card_ends_and_a_new_one_follows(fleet, oscar):
     first = card(fleet["a"], oscar)
     with pytest.raises(ValidationError, match="close it first"):
         card(fleet["a"], oscar, effective_from=APRIL)
-    rate_card_end(card=first, at=APRIL)
+    rate_card_end(card=first, at=APRIL, by=oscar)
     card(fleet["a"], oscar, effective_from=APRIL)
     assert list(RateCard.objects.order_by("effective_from").values_list("effective_to")) == [
         (APRIL,),
@@ -226,7 +226,7 @@ def test_an_open_card_ends_and_a_new_one_follows(fleet, oscar):
 def test_a_card_ends_only_earlier_after_it_starts_on_a_whole_second(fleet, oscar, at, message):
     ended = card(fleet["a"], oscar, effective_to=APRIL)
     with pytest.raises(ValidationError, match=re.escape(message)):
-        rate_card_end(card=ended, at=at)
+        rate_card_end(card=ended, at=at, by=oscar)
     assert RateCard.objects.get().effective_to == APRIL
 
 
@@ -238,9 +238,9 @@ def test_a_card_never_ends_inside_a_period_its_statements_were_computed_with(fle
         ValidationError,
         match=r"into period 2026-03 \(March 2026\), which is closing; .* end it at 2026-04-01",
     ):
-        rate_card_end(card=open_card, at=datetime(2026, 3, 20, tzinfo=UTC))
+        rate_card_end(card=open_card, at=datetime(2026, 3, 20, tzinfo=UTC), by=oscar)
     assert RateCard.objects.get().effective_to is None
-    rate_card_end(card=open_card, at=APRIL)  # after the period: fine
+    rate_card_end(card=open_card, at=APRIL, by=oscar)  # after the period: fine
     assert RateCard.objects.get().effective_to == APRIL
 
 
