@@ -12,11 +12,14 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 
 from accounts.admin_site import DashboardPanel, UtcColumns, dashboard_panel_register
+from accounts.admin_toolkit import ServiceForm, ServiceWriteAdmin, run_each
 from accounts.models import User
+from billing.admin_close import close_view
 from billing.models import (
     Adjustment,
     ClusterBilling,
@@ -28,6 +31,7 @@ from billing.models import (
     Statement,
     StatementLine,
 )
+from billing.selectors.history import audit_trail, period_history
 from billing.selectors.pending import telemetry_pending
 from billing.services import closing, ledger, periods, publishing, reconciliation, revenue
 from fleet.models import Gpu
@@ -40,86 +44,46 @@ def _user(request: HttpRequest) -> User:
     return user
 
 
-def _report(admin_: admin.ModelAdmin[Any], request: HttpRequest, done: int, error: Any) -> None:
-    if error is not None:
-        text = (
-            "; ".join(m for ms in error.message_dict.values() for m in ms)
-            if hasattr(error, "error_dict")
-            else "; ".join(error.messages)
-        )
-        admin_.message_user(request, text, messages.ERROR)
-    if done:
-        admin_.message_user(request, f"{done} done.", messages.SUCCESS)
+REASON_HELP = "Optional: why, kept in the audit trail with the change."
 
 
-def _each(admin_: admin.ModelAdmin[Any], request: HttpRequest, objects: Any, run: Any) -> None:
-    done = 0
-    for obj in objects:
-        try:
-            run(obj)
-        except ValidationError as error:
-            _report(admin_, request, done, error)
-            return
-        done += 1
-    _report(admin_, request, done, None)
+def reason_field() -> forms.CharField:
+    """The reason an operator may give for a change, kept in its audit entry."""
+    return forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}), help_text=REASON_HELP
+    )
 
 
-class ServiceForm(forms.ModelForm):  # type: ignore[type-arg]
-    """An add form that writes through its service once, as the last step of validation.
+class AuditTrailAdmin[M: Any](UtcColumns[M]):
+    """A billing page shows its object's audit trail below it (``change_form.html`` of the
+    app), as a GPU's page shows its own."""
 
-    Only a form that passed every check of its own and of the model calls ``create``; the
-    service's ValidationError lands on the form, and a refused entry writes nothing. Django's
-    own unique checks are left out: the services refuse duplicates with a message that says
-    what to do and the database refuses them whatever the path, while a unique check run
-    after the write would find the new row itself (a payout saved yet shown as a duplicate).
-    """
+    audit_trail_title = "Audit trail"
 
-    request: HttpRequest
-    created: Any = None
+    def audit_entries(self, obj: Any) -> list[Any]:
+        return audit_trail(obj=obj)
 
-    def create(self, data: dict[str, Any], by: User) -> Any:
-        raise NotImplementedError
-
-    def validate_unique(self) -> None:
-        return None  # the service and the database refuse duplicates (see the docstring)
-
-    def full_clean(self) -> None:
-        super().full_clean()
-        if not self.is_bound or self.errors or self.created is not None:
-            return
-        try:
-            self.created = self.create(dict(self.cleaned_data), _user(self.request))
-        except ValidationError as error:
-            if hasattr(error, "error_dict"):
-                for field, errors in error.message_dict.items():
-                    target = field if field in self.fields else None
-                    for message in errors:
-                        self.add_error(target, message)
-            else:
-                self.add_error(None, error)
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        obj = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if obj is not None:
+            context["audit_trail"] = self.audit_entries(obj)
+            context["audit_trail_title"] = self.audit_trail_title
+        return super().change_view(request, object_id, form_url, context)
 
 
-class AddOnlyAdmin[M: Any](UtcColumns[M]):
-    """Rows entered through a service form; never changed or deleted afterwards."""
+class AddOnlyAdmin[M: Any](ServiceWriteAdmin[M], AuditTrailAdmin[M]):
+    """Rows entered through a service form (written in ``save_model``, see
+    ``accounts.admin_toolkit``); never changed or deleted afterwards."""
 
     show_full_result_count = False
     list_per_page = 100
-
-    def get_form(
-        self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any
-    ) -> Any:
-        form = super().get_form(request, obj, change=change, **kw)
-        form.request = request  # type: ignore[attr-defined]
-        return form
-
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        created = form.created
-        obj.pk = created.pk
-        obj.__dict__.update(created.__dict__)
-        obj._state.adding = False
-
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
-        return None  # the service wrote everything
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -149,13 +113,28 @@ PERIOD_NEXT: dict[str, list[tuple[str, str]]] = {
 
 
 @admin.register(Period)
-class PeriodAdmin(UtcColumns[Period]):
+class PeriodAdmin(AuditTrailAdmin[Period]):
     form = PeriodForm
     list_display = ("__str__", "start", "end", "status", "closing_started_at", "closed_at")
     list_filter = ("status",)
     actions = ("close", "recompute", "finish", "reconcile")
     # A period's page shows what it is; the year and month are only asked when adding one.
     shown = ("start", "end", "status", "closing_started_at", "closed_at", "created_at")
+    audit_trail_title = "Billing history of this period"
+
+    def audit_entries(self, obj: Any) -> list[Any]:
+        return period_history(period=obj)
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        own = [
+            path("<path:object_id>/close/", wrap(self.close_view), name="billing_period_close"),
+        ]
+        return [*own, *super().get_urls()]
+
+    def close_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The guided close (``billing.admin_close``)."""
+        return close_view(self, request, object_id)
 
     def has_close_permission(self, request: HttpRequest) -> bool:
         """Read-only operators see periods; only these may close them."""
@@ -200,7 +179,7 @@ class PeriodAdmin(UtcColumns[Period]):
 
     @admin.action(description="Close: compute the draft statements", permissions=["close"])
     def close(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
-        _each(
+        run_each(
             self,
             request,
             queryset.order_by("start"),
@@ -209,13 +188,16 @@ class PeriodAdmin(UtcColumns[Period]):
 
     @admin.action(description="Recompute the drafts of closing periods", permissions=["close"])
     def recompute(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
-        _each(
-            self, request, queryset.order_by("start"), lambda p: closing.period_close_run(period=p)
+        run_each(
+            self,
+            request,
+            queryset.order_by("start"),
+            lambda p: closing.period_close_run(period=p, by=_user(request)),
         )
 
     @admin.action(description="Finish closing (all statements published)", permissions=["close"])
     def finish(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
-        _each(
+        run_each(
             self,
             request,
             queryset.order_by("start"),
@@ -224,7 +206,7 @@ class PeriodAdmin(UtcColumns[Period]):
 
     @admin.action(description="Reconcile (differences → adjustments)", permissions=["close"])
     def reconcile(self, request: HttpRequest, queryset: QuerySet[Period]) -> None:
-        _each(
+        run_each(
             self,
             request,
             queryset.order_by("start"),
@@ -268,7 +250,7 @@ class StatementLineInline(admin.TabularInline[StatementLine, Statement]):
 
 
 @admin.register(Statement)
-class StatementAdmin(UtcColumns[Statement]):
+class StatementAdmin(AuditTrailAdmin[Statement]):
     list_display = (
         "owner",
         "period",
@@ -305,7 +287,7 @@ class StatementAdmin(UtcColumns[Statement]):
 
     @admin.action(description="Request publishing", permissions=["publish"])
     def request_publish(self, request: HttpRequest, queryset: QuerySet[Statement]) -> None:
-        _each(
+        run_each(
             self,
             request,
             queryset.order_by("pk"),
@@ -314,7 +296,7 @@ class StatementAdmin(UtcColumns[Statement]):
 
     @admin.action(description="Approve publishing (a second operator)", permissions=["publish"])
     def approve_publish(self, request: HttpRequest, queryset: QuerySet[Statement]) -> None:
-        _each(
+        run_each(
             self,
             request,
             queryset.order_by("pk"),
@@ -338,6 +320,8 @@ class RateCardForm(ServiceForm):
             "waive_hosting_when_down",
         )
 
+    reason = reason_field()
+
     def create(self, data: dict[str, Any], by: User) -> Any:
         return revenue.rate_card_create(by=by, **data)
 
@@ -346,6 +330,7 @@ class RateCardEndForm(forms.Form):
     at = forms.DateTimeField(
         label="Ends at", help_text="UTC, a whole second: e.g. 2026-04-01 00:00:00."
     )
+    reason = reason_field()
 
 
 @admin.register(RateCard)
@@ -380,7 +365,12 @@ class RateCardAdmin(AddOnlyAdmin[RateCard]):
         form = RateCardEndForm(request.POST if submitted else None)
         if submitted and form.is_valid():
             try:
-                revenue.rate_card_end(card=card, at=form.cleaned_data["at"])
+                revenue.rate_card_end(
+                    card=card,
+                    at=form.cleaned_data["at"],
+                    by=_user(request),
+                    reason=form.cleaned_data["reason"],
+                )
             except ValidationError as error:
                 for message in error.message_dict.get("at", error.messages):
                     form.add_error("at", message)
@@ -435,6 +425,7 @@ class ClusterBillingAdmin(AddOnlyAdmin[ClusterBilling]):
 
 class RentalForm(ServiceForm):
     gpu_serials = forms.CharField(help_text="GPU serials, separated by commas or spaces.")
+    reason = reason_field()
 
     class Meta:
         model = Rental
@@ -476,6 +467,8 @@ class PoolForm(ServiceForm):
         model = PoolRevenue
         fields = ("cluster", "period", "amount", "currency", "description")
 
+    reason = reason_field()
+
     def create(self, data: dict[str, Any], by: User) -> Any:
         return revenue.pool_add(by=by, **data)
 
@@ -491,6 +484,8 @@ class PayoutForm(ServiceForm):
     class Meta:
         model = Payout
         fields = ("owner", "currency", "amount", "paid_on", "reference")
+
+    reason = reason_field()
 
     def create(self, data: dict[str, Any], by: User) -> Any:
         return ledger.payout_record(by=by, **data)

@@ -145,3 +145,35 @@ def test_a_pool_basis_change_is_entered_in_the_console_and_refused_where_compute
     )
     listed = client.get("/admin/billing/clusterbilling/").content.decode()
     assert "the marketplace pays by busy hours" in listed
+
+
+def test_the_service_runs_once_in_save_model_and_a_refusal_leaves_no_trace(
+    alice_paid_in_march, oscar
+):
+    """accounts.admin_toolkit: the form checks shape, save_model calls the service once; a
+    refusal rolls back the page's transaction (no row, no audit entry, no admin log entry)
+    and the page is shown again with the service's words."""
+    from django.contrib.admin.models import LogEntry
+
+    from accounts.models import AuditEntry
+
+    client = console_login(Client(), oscar)
+    entered = {
+        "owner": alice_paid_in_march.pk,
+        "currency": "EUR",
+        "amount": "10000.00",
+        "paid_on": "2026-04-02",
+        "reference": "P-3",
+        "reason": "April payout",
+    }
+    payouts = AuditEntry.objects.filter(action="billing.payout.record")
+    refused = client.post("/admin/billing/payout/add/", entered)
+    assert refused.status_code == 200
+    assert "10000.00 EUR exceeds the balance available, 399.64 EUR." in refused.content.decode()
+    assert (Payout.objects.count(), payouts.count(), LogEntry.objects.count()) == (0, 0, 0)
+
+    client.post("/admin/billing/payout/add/", entered | {"amount": "30.00"})
+    payout = Payout.objects.get()
+    entry = payouts.get()
+    assert (entry.actor, entry.reason, entry.object_id) == (oscar, "April payout", str(payout.pk))
+    assert LogEntry.objects.get().object_id == str(payout.pk)
