@@ -75,6 +75,29 @@ def lock[M: Model](queryset: QuerySet[M], *, of: tuple[str, ...] = ("self",)) ->
     return rows
 
 
+def lock_shared(queryset: QuerySet[Any], *fields: str) -> list[tuple[Any, ...]]:
+    """Holds the rows of ``queryset`` ``FOR SHARE`` (others may share them, none may change
+    them until this transaction ends), in primary-key order, in ``LOCK_ORDER`` as ``lock``;
+    returns ``fields`` of each row. Django's ORM has no ``FOR SHARE``: the queryset's own SQL
+    is used, with the clause added."""
+    label = queryset.model._meta.label_lower
+    rank = _RANK.get(label)
+    if rank is None:
+        raise LockOrderError(f"{label} has no place in core.locks.LOCK_ORDER; give it one.")
+    rows = (
+        queryset.order_by("pk")
+        .annotate(_lock_xact=RawSQL("pg_current_xact_id()::text", []))
+        .values_list(*fields, "_lock_xact")
+    )
+    sql, params = rows.query.sql_with_params()
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(f"{sql} FOR SHARE", params)
+        found = cursor.fetchall()
+    if found:
+        _check(queryset.db, label, rank, found[0][-1])
+    return [row[:-1] for row in found]
+
+
 def lock_one[M: Model](queryset: QuerySet[M], *, of: tuple[str, ...] = ("self",)) -> M:
     """The single row of ``queryset``, locked; ``DoesNotExist`` when there is none."""
     rows = lock(queryset, of=of)

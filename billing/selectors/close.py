@@ -2,7 +2,7 @@
 
 Nothing here decides whether the close may go on: the services do, and this reads their own
 checks (``period_close_refusals``: the checks ``period_close_start`` runs) and the close's own
-facts (``_cluster_facts``: what ``statements_compute`` computes each cluster from), so the
+facts (``cluster_facts``: what ``statements_compute`` computes each cluster from), so the
 page says what the services will say. Writes nothing.
 """
 
@@ -20,7 +20,7 @@ from django.db.models import Count, Sum
 from accounts.models import Owner
 from billing.engine.intervals import Interval, intersect, subtract
 from billing.models import Period, PoolRevenue, Rental, Statement
-from billing.services.computing import _cluster_facts, _clusters_in
+from billing.services.computing import cluster_facts, clusters_in
 from fleet.models import Cluster
 
 ZERO = Decimal("0.00")
@@ -79,7 +79,7 @@ def close_inputs(*, period: Period) -> CloseInputs:
     """Rate-card coverage and revenue of each cluster with GPUs in the period, from the
     facts the close computes it from."""
     window = Interval(period.start, period.end)
-    cluster_ids = _clusters_in(window)
+    cluster_ids = clusters_in(window)
     clusters = Cluster.objects.select_related("site").in_bulk(cluster_ids)
     rentals = dict(
         Rental.objects.filter(
@@ -106,7 +106,7 @@ def close_inputs(*, period: Period) -> CloseInputs:
         )
         revenue.append(row)
         try:
-            prepared = _cluster_facts(period, window, cluster_id)
+            prepared = cluster_facts(period, window, cluster_id)
         except ValidationError as error:
             row.refused = " ".join(error.messages)
             continue

@@ -51,7 +51,7 @@ from billing.engine.statement import (
 from billing.models import Period, PoolRevenue, Statement, StatementLine
 from billing.selectors.facts import GpuFacts, rate_boundaries
 from billing.selectors.usage import cells_load_many
-from billing.services.computing import _cluster_facts, _ClusterFacts, _clusters_in
+from billing.services.computing import ClusterFacts, cluster_facts, clusters_in
 from fleet.models import Ownership, Placement
 from telemetry.services.collector import collector_paused
 
@@ -210,7 +210,7 @@ def _preliminary_lines(
     with collector_paused():
         prepared = [
             p
-            for p in (_cluster_facts(period, window, c) for c in _clusters_in(window, wanted))
+            for p in (cluster_facts(period, window, c) for c in clusters_in(window, wanted))
             if p is not None
         ]
         groups = []
@@ -283,7 +283,7 @@ def _preliminary_lines(
     return dict(found)
 
 
-def _whole_cluster(prepared: _ClusterFacts, window: Interval) -> bool:
+def _whole_cluster(prepared: ClusterFacts, window: Interval) -> bool:
     """Whether every GPU of the cluster bears on these owners' lines: a pool is entered (its
     split weighs them all), or some time of the window has no rate card in a currency (a GPU
     in service then makes the close refuse the period)."""
@@ -294,7 +294,7 @@ def _whole_cluster(prepared: _ClusterFacts, window: Interval) -> bool:
     )
 
 
-def _held_by(prepared: _ClusterFacts, owners: set[str]) -> list[GpuFacts]:
+def _held_by(prepared: ClusterFacts, owners: set[str]) -> list[GpuFacts]:
     return [f for f in prepared.facts if owners & set(f.owner_ids())]
 
 

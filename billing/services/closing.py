@@ -34,6 +34,7 @@ from billing.services.computing import (
     statements_compute,
 )
 from billing.services.periods import month_bounds, period_label, span_label
+from core.locks import lock, lock_one, lock_shared
 from telemetry.services.collector import collector_paused
 
 WRITE_CHUNK = 50  # statements per transaction
@@ -158,7 +159,7 @@ def period_close_start(*, period: Period, by: User, reason: str = "") -> Period:
     """open → closing. Refuses with unprocessed telemetry, an earlier month not closed (or
     without a period), a later period closing or closed, a period not ended yet, or no
     published disclosure; changes nothing then."""
-    locked = Period.objects.select_for_update().get(pk=period.pk)
+    locked = lock_one(Period.objects.filter(pk=period.pk))
     for _, check in close_start_checks(locked):
         check()
     updated = Period.objects.filter(pk=locked.pk, status=Period.Status.OPEN).update(
@@ -240,13 +241,12 @@ def statements_write(
     removed = 0
     with transaction.atomic():
         _hold_closing(period)
-        stale = (
-            Statement.objects.select_for_update()
-            .filter(period=period)
+        stale = lock(
+            Statement.objects.filter(period=period)
             .exclude(status=Statement.Status.PUBLISHED)
             .only("pk", "owner_id", "currency")
         )
-        for statement in stale.order_by("pk"):
+        for statement in stale:
             if (str(statement.owner_id), statement.currency) not in drafts:
                 statement.lines.all().delete()
                 statement.delete()
@@ -267,10 +267,11 @@ def _write_chunk(
         _hold_closing(period)
         existing = {
             (str(s.owner_id), s.currency): s
-            for s in Statement.objects.select_for_update()
-            .defer("frozen_inputs")  # large, and compared by hash
-            .filter(period=period, owner_id__in=[k[0] for k in keys])
-            .order_by("pk")
+            for s in lock(
+                Statement.objects.defer("frozen_inputs").filter(  # large, and compared by hash
+                    period=period, owner_id__in=[k[0] for k in keys]
+                )
+            )
         }
         created: list[tuple[Any, ...]] = []
         rewritten: list[Statement] = []
@@ -308,10 +309,8 @@ def _hold_closing(period: Period) -> None:
     the close may have finished, and a draft written now would sit in a closed period. The
     row is held FOR SHARE, not FOR UPDATE: the run's writers do not wait on one another,
     while ``period_close_finish`` (FOR UPDATE) waits for them, then counts their drafts."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT status FROM billing_period WHERE id = %s FOR SHARE", [period.pk])
-        row = cursor.fetchone()
-    status = row[0] if row is not None else "gone"
+    held = lock_shared(Period.objects.filter(pk=period.pk), "status")
+    status = held[0][0] if held else "gone"
     if status != Period.Status.CLOSING:
         raise ValidationError(
             {
@@ -513,7 +512,7 @@ def _copy(table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> 
 @transaction.atomic
 def period_close_finish(*, period: Period, by: User, reason: str = "") -> Period:
     """closing → closed, once every statement of the period is published."""
-    locked = Period.objects.select_for_update().get(pk=period.pk)
+    locked = lock_one(Period.objects.filter(pk=period.pk))
     if locked.status != Period.Status.CLOSING:
         raise ValidationError({"period": f"Period {locked} is {locked.status}, not closing."})
     unpublished = locked.statements.exclude(status=Statement.Status.PUBLISHED).count()

@@ -69,7 +69,7 @@ class Draft:
         return value
 
 
-def _clusters_in(window: Interval, owner_ids: Collection[str] | None = None) -> list[uuid.UUID]:
+def clusters_in(window: Interval, owner_ids: Collection[str] | None = None) -> list[uuid.UUID]:
     """Clusters with a GPU placed in them during ``window``; with ``owner_ids``, only those
     where one of these owners held a share of such a GPU during the window."""
     placed = Placement.objects.filter(valid_from__lt=window.end).filter(
@@ -88,7 +88,7 @@ def _clusters_in(window: Interval, owner_ids: Collection[str] | None = None) -> 
 
 
 @dataclass
-class _ClusterFacts:
+class ClusterFacts:
     """What one cluster's lines are computed from, before usage is loaded."""
 
     cluster: Cluster
@@ -111,7 +111,7 @@ def day_boundaries(window: Interval) -> set[datetime]:
     return cuts
 
 
-def _cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> _ClusterFacts | None:
+def cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> ClusterFacts | None:
     ids = cluster_gpu_ids(cluster_id=cluster_id, start=window.start, end=window.end)
     if not ids:
         return None
@@ -157,13 +157,13 @@ def _cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> _
     # Cells also end at every UTC midnight, so a statement's frozen inputs answer for each day
     # (the daily series of its report). Midnights are hour boundaries: the figures are unchanged.
     cuts |= day_boundaries(window)
-    return _ClusterFacts(cluster, facts, currency_of, pools, basis, currencies, terms, cuts)
+    return ClusterFacts(cluster, facts, currency_of, pools, basis, currencies, terms, cuts)
 
 
 def _cluster_lines(
     period: Period,
     window: Interval,
-    prepared: _ClusterFacts,
+    prepared: ClusterFacts,
     usage: dict[uuid.UUID, CellUsage],
     drafts: dict[StatementKey, Draft],
 ) -> None:
@@ -287,7 +287,7 @@ def _statements_compute(
     try:
         prepared = [
             p
-            for p in (_cluster_facts(period, window, c) for c in _clusters_in(window, owner_ids))
+            for p in (cluster_facts(period, window, c) for c in clusters_in(window, owner_ids))
             if p is not None
         ]
         # One pass over the rollups for every cluster (per cluster, each would scan them again).

@@ -13,6 +13,7 @@ from accounts.models import Owner, User
 from billing.models import Adjustment, Payout, Period, Statement
 from billing.services.audit import billing_audit, values
 from billing.services.periods import periods_open_require
+from core.locks import lock
 
 
 def _cents(name: str, amount: Decimal) -> None:
@@ -86,7 +87,7 @@ def payout_record(
         what=f"A payout dated {paid_on}",
         instead="Date it in an open period.",
     )
-    Owner.objects.select_for_update().get(pk=owner.pk)  # one payout at a time per owner
+    lock(Owner.objects.filter(pk=owner.pk))  # one payout at a time per owner
     last = _last_published(owner, currency)
     if last is not None and at < last.period.end:
         raise ValidationError(

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from django.core.exceptions import ValidationError
 
 from billing.models import Period
+from core.locks import lock
 
 
 def month_bounds(*, year: int, month: int) -> tuple[datetime, datetime]:
@@ -42,10 +43,11 @@ def period_not_open(*, start: datetime, end: datetime | None) -> Period | None:
     """The first period overlapping ``[start, end)`` (``end`` None: open-ended) that is
     closing or closed, or None. Locks every overlapping period, in start order, so a close
     that starts meanwhile waits for the caller's transaction and then sees its change."""
-    overlapping = Period.objects.select_for_update().filter(end__gt=start).order_by("start")
+    overlapping = Period.objects.filter(end__gt=start)
     if end is not None:
         overlapping = overlapping.filter(start__lt=end)
-    return next((p for p in overlapping if p.status != Period.Status.OPEN), None)
+    locked = sorted(lock(overlapping), key=lambda p: p.start)
+    return next((p for p in locked if p.status != Period.Status.OPEN), None)
 
 
 def periods_open_require(

@@ -28,6 +28,7 @@ from billing.models import Period, Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
 from billing.services.audit import billing_audit
 from billing.services.closing import line_rows, refuse_pending_telemetry
+from core.locks import lock_one
 from webhooks.models import EventType
 from webhooks.outbox import Event, events_emit
 
@@ -92,7 +93,7 @@ def _refuse_superseded_disclosure(statement: Statement) -> None:
 @transaction.atomic
 def statement_publish_request(*, statement: Statement, by: User, reason: str = "") -> Statement:
     _operator(by, "request publishing of")
-    period = Period.objects.select_for_update().get(pk=statement.period_id)
+    period = lock_one(Period.objects.filter(pk=statement.period_id))
     if period.status != Period.Status.CLOSING:
         raise ValidationError(
             {

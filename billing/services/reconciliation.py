@@ -29,6 +29,7 @@ from billing.services.audit import billing_audit
 from billing.services.closing import refuse_pending_telemetry
 from billing.services.computing import statements_compute
 from billing.services.periods import period_for_month
+from core.locks import lock_one
 
 # owner, currency, gpu, starts_at, ends_at, and the line's rank among the statement's lines
 # with those five (0 but for a GPU that changed cluster: its lines repeat the same run).
@@ -160,7 +161,7 @@ def period_reconcile(*, period: Period, by: User, reason: str = "") -> Reconcili
         )
     added: list[Adjustment] = []
     with transaction.atomic():
-        locked = Period.objects.select_for_update().get(pk=into.pk)
+        locked = lock_one(Period.objects.filter(pk=into.pk))
         if locked.status != Period.Status.OPEN:
             raise ValidationError({"period": f"Period {locked} stopped being open; run again."})
         for plan in plans:

@@ -17,7 +17,7 @@ from billing.services.audit import billing_audit, values
 from billing.services.periods import month_bounds, periods_open_require
 from core.inputs import require_instant
 from core.instants import iso_z
-from core.locks import lock
+from core.locks import lock, lock_one
 from fleet.models import Cluster, Gpu, Placement
 
 
@@ -144,27 +144,32 @@ def rate_card_end(*, card: RateCard, at: datetime, by: User, reason: str = "") -
     never inside a period that is closing or closed: those statements were computed with
     this card, and a change there would reach them only through reconciliation."""
     require_instant(at, field="at")
-    locked = RateCard.objects.select_for_update().get(pk=card.pk)
-    if at <= locked.effective_from:
+    # The periods first (core.locks.LOCK_ORDER), over the span the card still covers; then
+    # the card, which must not have been ended meanwhile.
+    seen = RateCard.objects.get(pk=card.pk)
+    if at <= seen.effective_from:
         raise ValidationError(
-            {"at": f"must be after the card starts ({iso_z(locked.effective_from)})."}
+            {"at": f"must be after the card starts ({iso_z(seen.effective_from)})."}
         )
-    if locked.effective_to is not None and at >= locked.effective_to:
+    if seen.effective_to is not None and at >= seen.effective_to:
         raise ValidationError(
             {
-                "at": f"the card already ends at {iso_z(locked.effective_to)}; "
+                "at": f"the card already ends at {iso_z(seen.effective_to)}; "
                 "its end only moves earlier."
             }
         )
     periods_open_require(
         start=at,
-        end=locked.effective_to,
+        end=seen.effective_to,
         field="at",
         what=f"Ending the card at {iso_z(at)}",
         instead=lambda computed: (
             f"They were computed with this card: end it at {iso_z(computed.end)} or later."
         ),
     )
+    locked = lock_one(RateCard.objects.filter(pk=card.pk))
+    if locked.effective_to != seen.effective_to:
+        raise ValidationError({"at": "The card was ended meanwhile; look at it again."})
     before = values(locked, "effective_to")
     locked.effective_to = at
     locked.save(update_fields=["effective_to"])
@@ -230,7 +235,7 @@ def cluster_pool_basis_set(
         what=f"The change of cluster {cluster}'s pool basis",
         instead=lambda computed: f"Make it take effect at {iso_z(computed.end)} or later.",
     )
-    Cluster.objects.select_for_update().get(pk=cluster.pk)
+    lock(Cluster.objects.filter(pk=cluster.pk))
     if ClusterBilling.objects.filter(cluster=cluster, effective_from=effective_from).exists():
         raise ValidationError(
             {

@@ -9,13 +9,8 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, models
 
-from core.instants import iso_z
 from core.locks import lock
 from fleet.models import Gpu
-
-# Until billing's services import them from core (issue 21, item 10).
-fmt = iso_z
-from core.inputs import require_instant, require_reason  # noqa: E402, F401
 
 
 def lock_gpus(gpus: Iterable[Gpu]) -> list[Gpu]:
