@@ -162,7 +162,8 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
         description="Revoke the selected keys (at their next request)", permissions=["revoke"]
     )
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
-        assert isinstance(request.user, User)
+        if not isinstance(request.user, User):
+            raise TypeError("console actions run behind login: the request has a user")
         for key in queryset.order_by("pk"):
             services.api_key_revoke(key=key, by=request.user)
         self.message_user(request, f"Revoked {len(queryset)} keys.", messages.SUCCESS)
@@ -173,7 +174,8 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
     ) -> HttpResponse:
         if not self.has_add_permission(request):
             return HttpResponse(status=403)
-        assert isinstance(request.user, User)
+        if not isinstance(request.user, User):
+            raise TypeError("console pages run behind login: the request has a user")
         form = PartnerKeyForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data

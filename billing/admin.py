@@ -40,7 +40,8 @@ from fleet.models.ownership import share_percent
 
 def _user(request: HttpRequest) -> User:
     user = request.user
-    assert isinstance(user, User)
+    if not isinstance(user, User):
+        raise TypeError("console pages run behind login: the request has a user")
     return user
 
 

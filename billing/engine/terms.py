@@ -114,7 +114,8 @@ def line_terms(
 ) -> dict[str, Any]:
     """The terms of one line (one owner's run of constant share of one GPU in one cluster)."""
     cells = gpu.timeline
-    assert isinstance(cells, CellUsage)
+    if not isinstance(cells, CellUsage):
+        raise TypeError("a line's terms are read from its cells, not a minute timeline")
     basis = PoolBasis(entry["pool_basis"])
     whole = cells.measure(period)
     run = line.interval

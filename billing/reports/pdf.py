@@ -138,7 +138,8 @@ def render_pdf(report: Report) -> bytes:
 
 def _wrap(pdf: FPDF, text: str, width: float) -> list[str]:
     lines = pdf.multi_cell(width, 1, text, dry_run=True, output=MethodReturnValue.LINES)
-    assert isinstance(lines, list)
+    if not isinstance(lines, list):
+        raise TypeError("fpdf2's multi_cell(output=LINES) gives a list of lines")
     return [str(line) for line in lines] or [""]
 
 

@@ -349,7 +349,8 @@ def _events(frozen: dict[str, Any], rows: list[StatementLine]) -> tuple[Event, .
         for kind, pk, title, cause, starts, ends in entry["events"]:
             start = _parse(starts)
             end = _parse(ends)
-            assert start is not None
+            if start is None:
+                raise ValueError(f"{kind} {pk} has no start in the frozen inputs")
             span = Interval(start, end or datetime.max.replace(tzinfo=UTC))
             if not intersect([span], held.get(entry["gpu_id"], [])):
                 continue  # the GPU was not the owner's then

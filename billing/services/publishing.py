@@ -62,7 +62,8 @@ def statement_reproduces(*, statement: Statement) -> bool:
     if any(getattr(statement, name) != Decimal(content[name]) for name in _TOTALS):
         return False
     fields = [f for n in LINE_FIELDS if isinstance(f := StatementLine._meta.get_field(n), Field)]
-    assert len(fields) == len(LINE_FIELDS)  # the line's own columns, no relation's reverse
+    if len(fields) != len(LINE_FIELDS):  # the line's own columns, no relation's reverse
+        raise RuntimeError("LINE_FIELDS names a field that is not a column of StatementLine")
     expected = [
         tuple(
             None if value is None else field.to_python(value)

@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
 from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 
 from accounts import selectors as accounts_selectors
 from accounts.models import User
@@ -29,6 +28,7 @@ from billing.services.audit import billing_audit
 from billing.services.closing import refuse_pending_telemetry
 from billing.services.computing import statements_compute
 from billing.services.periods import period_for_month
+from core.instants import iso_z
 from core.locks import lock_one
 
 # owner, currency, gpu, starts_at, ends_at, and the line's rank among the statement's lines
@@ -51,7 +51,8 @@ def _next_open_period(after: Period) -> Period:
     if following is not None:
         return following
     latest = Period.objects.order_by("-end").first()
-    assert latest is not None
+    if latest is None:
+        raise RuntimeError("a closed period exists, so some period does")
     end = latest.end.astimezone(UTC)
     created = period_for_month(year=end.year, month=end.month)
     if created.status != Period.Status.OPEN:  # pragma: no cover - latest period ends there
@@ -90,7 +91,8 @@ def period_reconcile(*, period: Period, by: User, reason: str = "") -> Reconcili
         )
     refuse_pending_telemetry(period, "reconcile")
     disclosure = accounts_selectors.disclosure_current()
-    assert disclosure is not None  # a closed period had one
+    if disclosure is None:
+        raise RuntimeError("a closed period was issued under a disclosure, so one is published")
     now = statements_compute(period=period, disclosure=disclosure)
 
     published = {
@@ -100,7 +102,7 @@ def period_reconcile(*, period: Period, by: User, reason: str = "") -> Reconcili
     old_lines: dict[LineKey, tuple[Statement, StatementLine, Decimal]] = {}
     for issued in published.values():
         rows = list(issued.lines.filter(kind=StatementLine.Kind.GPU).order_by("position"))
-        wheres = [(str(r.gpu_id), _iso(r.starts_at), _iso(r.ends_at)) for r in rows]
+        wheres = [_where(r) for r in rows]
         for key, row in zip(
             _keyed(str(issued.owner_id), issued.currency, wheres), rows, strict=True
         ):
@@ -198,12 +200,8 @@ def period_reconcile(*, period: Period, by: User, reason: str = "") -> Reconcili
     return Reconciliation(into=into, added=added)
 
 
-def reconciliation_total(*, period: Period) -> Decimal:
-    return Adjustment.objects.filter(
-        idempotency_key__startswith=f"reconcile:{period.pk}:"
-    ).aggregate(total=Sum("amount"))["total"] or Decimal("0.00")
-
-
-def _iso(at: datetime | None) -> str:
-    assert at is not None
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+def _where(line: StatementLine) -> tuple[str, str, str]:
+    """A GPU line's GPU and span, as its key in the statement's document."""
+    if line.starts_at is None or line.ends_at is None:
+        raise RuntimeError(f"GPU line {line.pk} has no span")
+    return str(line.gpu_id), iso_z(line.starts_at), iso_z(line.ends_at)

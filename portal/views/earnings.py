@@ -116,7 +116,8 @@ def gpu_rows(statements: list[Statement], *, sort: str) -> list[GpuRow]:
         statement__in=[s.pk for s in statements], kind=StatementLine.Kind.GPU
     ).select_related("statement__owner", "gpu")
     for line in lines:
-        assert line.gpu_id is not None
+        if line.gpu_id is None:
+            raise RuntimeError(f"GPU line {line.pk} has no GPU")
         by_gpu[line.statement_id, line.gpu_id].append(line)
     rows = []
     for (_, gpu_id), mine in by_gpu.items():
