@@ -25,8 +25,8 @@ from billing.engine.intervals import Interval, intersect
 from billing.engine.usage import Measure, exact_decimal
 from billing.selectors.facts import GpuFacts, cluster_gpu_ids, gpu_facts
 from billing.selectors.usage import cells_load
+from core.inputs import require_instant
 from fleet.models import Cluster, Gpu, Ownership
-from fleet.services._common import require_instant
 
 FULL_BPS = 10_000
 SIX = Decimal("0.000001")
