@@ -1,11 +1,12 @@
 """The partner API under concurrent clients, against a bare ``SELECT`` of the same rows.
 
-Runs on a database of its own (``<DATABASE_URL's name>_api_bench``, recreated each run). One
-owner holds 1,000 GPUs (``BENCH_SCALE`` scales it) with 90 days of hourly rollups (2.16M rows,
-written by ``INSERT … SELECT generate_series``) and three published monthly statements of
-1,000 lines each. gunicorn serves the site as docker-compose runs it (3 sync workers) with
-``bench.api_settings``, which adds the baseline views under ``/bench/raw/``: a plain Django
-view running one ``SELECT`` of the rows the endpoint reads and returning them as JSON.
+Runs on a database of its own (``<DATABASE_URL's name>_api_bench``, recreated each run and
+dropped after: ``bench.common``). One owner holds 1,000 GPUs (``BENCH_SCALE`` scales it) with
+90 days of hourly rollups (2.16M rows, written by ``INSERT … SELECT generate_series``) and
+three published monthly statements of 1,000 lines each. gunicorn serves the site as
+docker-compose runs it (3 sync workers) with ``bench.api_settings``, which adds the baseline
+views under ``/bench/raw/``: a plain Django view running one ``SELECT`` of the rows the
+endpoint reads and returning them as JSON.
 
 For each endpoint, ``BENCH_CLIENTS`` threads (default 8) send requests back to back for
 ``BENCH_SECONDS`` (default 8 s) with the owner's real API key, then the same for the baseline;
@@ -17,8 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import http.client
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode
+
+from bench.common import Goal, database_setup, free_port, goal_record, load, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -38,26 +39,10 @@ GOAL_P99_MS = 100.0
 
 
 def _setup_django() -> None:
-    import psycopg
-
-    url = os.environ["DATABASE_URL"]
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/") + "_api_bench"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{name}"))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.api_settings"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
     # The bench measures the endpoints, not the throttle's refusals (the count still runs).
-    os.environ["API_KEY_RATE"] = "1000000/minute"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    database_setup(
+        "api_bench", settings_module="bench.api_settings", env={"API_KEY_RATE": "1000000/minute"}
+    )
 
 
 FLEET_SQL = """
@@ -205,18 +190,6 @@ def _generate(gpus: int) -> dict[str, Any]:
     }
 
 
-def _load() -> str:
-    """The machine's load average: other work on these cores skews every figure."""
-    one, five, fifteen = os.getloadavg()
-    return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _server(port: int) -> subprocess.Popen[bytes]:
     """gunicorn as docker-compose runs it: 3 sync workers."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -226,15 +199,6 @@ def _server(port: int) -> subprocess.Popen[bytes]:
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        process.kill()
-        process.wait()
 
 
 def _wait_ready(port: int, headers: dict[str, str]) -> None:
@@ -345,14 +309,14 @@ def main() -> int:
     print(f"one owner, {gpus:,} GPUs, 90 days of hourly rollups; BENCH_SCALE={SCALE}")
     ids = _generate(gpus)
     headers = {"Authorization": f"Bearer {ids['token']}", "Accept": "application/json"}
-    port = _free_port()
+    port = free_port()
     server = _server(port)
     missed = []
     try:
         _wait_ready(port, headers)
         print(
             f"gunicorn 3 sync workers + {CLIENTS} client threads, all on this machine "
-            f"({os.cpu_count()} cores), {SECONDS:.0f} s per measurement ({_load()} before):"
+            f"({os.cpu_count()} cores), {SECONDS:.0f} s per measurement ({load()} before):"
         )
         for label, api_path, raw_path in _cases(ids):
             for path in (api_path, raw_path):  # warm-up: connections, caches, code paths
@@ -363,14 +327,25 @@ def main() -> int:
             verdict = "OK" if api.p99 < GOAL_P99_MS and not bad else "ABOVE GOAL"
             if verdict != "OK":
                 missed.append(label)
-            print(f"  {label}: p99 goal < {GOAL_P99_MS:.0f} ms {verdict}  ({_load()})")
+            print(f"  {label}: p99 goal < {GOAL_P99_MS:.0f} ms {verdict}  ({load()})")
             print(_line("API", api))
             print(_line("bare SQL", raw) + f"   API/bare p50 {api.p50 / raw.p50:.1f} x")
             if bad:
                 print(f"    non-200 answers: {bad}")
+            goal_record(
+                Goal(
+                    stage=f"API {label}",
+                    figure=f"p99 {api.p99:.1f} ms, p50 {api.p50:.1f} ms",
+                    ceiling=f"bare SQL p50 {raw.p50:.1f} ms",
+                    ratio=f"{api.p50 / raw.p50:.1f} × (p50)",
+                    goal=f"p99 < {GOAL_P99_MS:.0f} ms, every answer 200",
+                    met=verdict == "OK",
+                    note=load() + (f"; non-200 answers {bad}" if bad else ""),
+                )
+            )
     finally:
-        _stop(server)
-    print(f"({_load()} after)")
+        stop(server)
+    print(f"({load()} after)")
     if missed:
         print(f"p99 above {GOAL_P99_MS:.0f} ms: {', '.join(missed)}")
     return 1 if missed else 0

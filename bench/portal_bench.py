@@ -1,6 +1,7 @@
 """The owner portal's overview with earnings, against the same page without them.
 
-Runs on a database of its own (``<DATABASE_URL's name>_portal_bench``, recreated each run).
+Runs on a database of its own (``<DATABASE_URL's name>_portal_bench``, recreated each run,
+dropped after: ``bench.common``).
 One owner holds 100 GPUs (``BENCH_SCALE`` scales it) in two clusters of a site whose other
 1,900 GPUs (``BENCH_SITE`` × the owner's, default 19) are a neighbour's, in those clusters and
 two more: the owner's clusters hold other owners' GPUs, and the site's rollups are twenty
@@ -28,7 +29,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from bench.common import Goal, database_setup, goal_record, load
 
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 RUNS = int(os.environ.get("BENCH_RUNS", "7"))
@@ -43,24 +45,7 @@ GOAL_S = 0.5
 
 
 def _setup_django() -> None:
-    import psycopg
-
-    url = os.environ["DATABASE_URL"]
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/") + "_portal_bench"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{name}"))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings.test"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    database_setup("portal_bench")
 
 
 # GPUs 0 … gpus-1 are the owner's, in clusters c0 and c1; the rest of the site (``SITE`` ×
@@ -236,11 +221,6 @@ def _time(client: Any, path: str, expect: str, runs: int) -> list[float]:
     return out
 
 
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def main() -> int:
     _setup_django()
     import time_machine
@@ -252,7 +232,7 @@ def main() -> int:
         shown, hidden = Client(), Client()
         shown.force_login(people["alice"])
         hidden.force_login(people["bob"])
-        print(f"{_load()} before the runs")
+        print(f"{load()} before the runs")
         cases = [
             ("overview, March to date", "/"),
             ("overview, February chosen", "/?period=2026-02"),
@@ -270,6 +250,17 @@ def main() -> int:
                 f"without {base * 1000:7.1f} ms; median of {RUNS}; "
                 f"goal < {GOAL_S * 1000:.0f} ms {'met' if met else 'NOT met'}"
             )
+            goal_record(
+                Goal(
+                    stage=f"portal {label}",
+                    figure=f"{median * 1000:.1f} ms with earnings (median of {RUNS})",
+                    ceiling=f"the page without earnings {base * 1000:.1f} ms",
+                    ratio=f"{median / base:.1f} ×",
+                    goal=f"< {GOAL_S * 1000:.0f} ms",
+                    met=met,
+                    note=load(),
+                )
+            )
         if PROFILE:
             import cProfile
 
@@ -278,5 +269,5 @@ def main() -> int:
             shown.get("/")
             profiler.disable()
             profiler.dump_stats(PROFILE)
-        print(f"{_load()} after the runs")
+        print(f"{load()} after the runs")
     return 0 if ok else 1
