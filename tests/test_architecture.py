@@ -97,3 +97,16 @@ def test_plain_sql_reads_another_apps_tables_only_where_listed():
                         found.add((str(path.relative_to(ROOT)), match.group(0)))
     assert found - SQL_ACROSS_APPS == set(), "read through the other app's selectors"
     assert SQL_ACROSS_APPS - found == set(), "no longer read there: drop it from the list"
+
+
+def test_production_code_checks_invariants_with_errors_not_asserts():
+    """An ``assert`` vanishes under ``python -O`` and fails without saying what broke; an
+    invariant raises an error that names it. Test helpers (``testing.py``) may assert."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for _, path in _modules()
+        if path.name != "testing.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Assert)
+    ]
+    assert found == []
