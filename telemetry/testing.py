@@ -16,6 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from core.instants import iso_z
 from fleet.models import Cluster, Gpu, GpuModel, LifecycleState, Node, Placement, Site
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature
 from telemetry.models import BatchBody, IngestBatch, NodeCredential
@@ -33,7 +34,7 @@ def uuid7(ms: int | None = None) -> uuid.UUID:
 
 
 def rfc3339(at: dt.datetime) -> str:
-    return at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    return iso_z(at)
 
 
 @dataclass

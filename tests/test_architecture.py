@@ -110,3 +110,17 @@ def test_production_code_checks_invariants_with_errors_not_asserts():
         if isinstance(node, ast.Assert)
     ]
     assert found == []
+
+
+def test_instants_are_written_by_core_instants_only():
+    """The UTC instant was formatted by hand about a dozen times; now only core/instants.py
+    does (the statement verifier keeps its own copy: it imports nothing of the server)."""
+    by_hand = re.compile(r'replace\("\+00:00", "Z"\)|%H:%M(:%S)? UTC')
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for _, path in _modules()
+        if path != ROOT / "core" / "instants.py" and path.name != "testing.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if by_hand.search(line)
+    ]
+    assert found == []

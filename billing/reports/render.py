@@ -12,11 +12,12 @@ import csv
 import io
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from billing.reports.report import LINE_FIELDS, Day, Event, Report
+from core.instants import iso_z
 
 DAY_FIELDS = (
     "day",
@@ -35,7 +36,7 @@ PAYOUT_FIELDS = ("reference", "paid_on", "amount")
 def raw(value: Any) -> Any:
     """JSON-ready: instants in UTC with Z, decimals as text, tuples as lists."""
     if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return iso_z(value)
     if isinstance(value, (Decimal, uuid.UUID)):
         return str(value)
     if isinstance(value, (list, tuple)):

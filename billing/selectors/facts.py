@@ -23,6 +23,7 @@ from billing.engine.intervals import Interval, intersect
 from billing.engine.statement import OwnershipSlice, PoolBasis, RateTerms, Rental
 from billing.models import ClusterBilling, RateCard, RentalGpu
 from billing.models import Rental as RentalRow
+from core.instants import iso_z
 from fleet.models import (
     Cluster,
     Gpu,
@@ -272,7 +273,7 @@ def _event(
 
 
 def _iso(at: datetime | None) -> str | None:
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z") if at is not None else None
+    return iso_z(at) if at is not None else None
 
 
 def _slices(

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from core.instants import iso_z
 from telemetry.dispatch import processing_kick
 
 
@@ -56,7 +57,7 @@ def batch_receive(
     answer = {
         "batch_id": str(batch_id),
         "status": "accepted",
-        "received_at": received_at.isoformat().replace("+00:00", "Z"),
+        "received_at": iso_z(received_at),
         "windows": window_count,
         "events": event_count,
     }
