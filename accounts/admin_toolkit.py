@@ -13,36 +13,102 @@ guided page) runs its service on each object in turn, in a fixed order, all in o
 transaction: all of them or none. The first refusal undoes what was done before it, and the
 operator reads the refusal in the service's own words, and that nothing was changed.
 Fleet's actions follow the same rule (``fleet.admin.operations``: "all or none").
+
+**Big tables.** ``BigTableAdmin`` is the one base of every list that can grow without bound
+(fleet's histories and GPUs, telemetry's batches, windows' rollups, events, transitions):
+never a whole ``COUNT(*)`` to draw page links (``HonestCountPaginator``), and the count says
+what it is — the planner's estimate, exact, or more than ``COUNT_CAP``
+(``admin/steward/pagination.html``). ``ReadOnlyAdmin`` is the same for rows only services
+write: never added, edited or deleted here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.core.paginator import Paginator
+from django.db import connections, transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.utils.functional import cached_property
+
+from accounts.admin_site import UtcColumns
+
+# Filtered lists are counted exactly up to this many rows; an unfiltered one whose planner
+# estimate is above it is shown with the estimate.
+COUNT_CAP = 10_000
 
 
-class ServiceForm(forms.ModelForm):  # type: ignore[type-arg]
-    """An add form whose ``create`` calls the service (from ``ServiceWriteAdmin.save_model``).
+class HonestCountPaginator(Paginator[Any]):
+    """Never ``COUNT(*)`` a big table whole to draw page links.
 
-    Django's own unique checks are left out: the services refuse duplicates with a message
-    that says what to do, and the database refuses them whatever the path.
+    An unfiltered list is counted from the planner's estimate (``count_kind`` "about") when
+    that is above ``COUNT_CAP``; otherwise, and for a filtered one, exactly up to the cap
+    ("exact"), else as more than the cap ("more_than").
     """
 
-    # The service's refusal of this very submission, shown on the form (set by the admin).
+    count_kind = "exact"
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if isinstance(queryset, QuerySet) and not queryset.query.where:
+            with connections[queryset.db].cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [queryset.model._meta.db_table],
+                )
+                row = cursor.fetchone()
+            estimate = int(row[0]) if row else -1
+            if estimate > COUNT_CAP:
+                self.count_kind = "about"
+                return estimate
+        if isinstance(queryset, QuerySet):
+            counted = queryset.order_by()[: COUNT_CAP + 1].count()
+        else:
+            counted = len(queryset)
+        if counted > COUNT_CAP:
+            self.count_kind = "more_than"
+            return COUNT_CAP
+        return counted
+
+
+class BigTableAdmin[M: Any](UtcColumns[M]):
+    """A list that can grow without bound: honest counts, 100 rows a page."""
+
+    paginator = HonestCountPaginator
+    show_full_result_count = False
+    list_per_page = 100
+
+
+class ReadOnlyAdmin[M: Any](BigTableAdmin[M]):
+    """Rows only services write (histories, telemetry): read here, never added, edited or
+    deleted."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# For the type checker the mixin is a form; at run time it is mixed into one.
+_FormBase = forms.BaseForm if TYPE_CHECKING else object
+
+
+class RefusalShown(_FormBase):  # type: ignore[misc,valid-type]
+    """Shows the service's refusal of this very submission on the form, field by field
+    (``ServiceWriteAdmin.get_form`` mixes it into any form on a refused submission)."""
+
     refusal: ValidationError | None = None
-
-    def create(self, data: dict[str, Any], by: Any) -> Any:
-        raise NotImplementedError
-
-    def validate_unique(self) -> None:
-        return None  # the service and the database refuse duplicates (see the docstring)
 
     def full_clean(self) -> None:
         super().full_clean()
@@ -58,6 +124,20 @@ class ServiceForm(forms.ModelForm):  # type: ignore[type-arg]
             self.add_error(None, error)
 
 
+class ServiceForm(RefusalShown, forms.ModelForm):  # type: ignore[type-arg]
+    """An add form whose ``create`` calls the service (from ``ServiceWriteAdmin.save_model``).
+
+    Django's own unique checks are left out: the services refuse duplicates with a message
+    that says what to do, and the database refuses them whatever the path.
+    """
+
+    def create(self, data: dict[str, Any], by: Any) -> Any:
+        raise NotImplementedError
+
+    def validate_unique(self) -> None:
+        return None  # the service and the database refuse duplicates (see the docstring)
+
+
 class _Refused(Exception):
     def __init__(self, error: ValidationError) -> None:
         super().__init__(error_text(error))
@@ -65,7 +145,8 @@ class _Refused(Exception):
 
 
 class ServiceWriteAdmin[M: Any](ModelAdmin[M]):
-    """Adds rows through ``form.create`` (a ``ServiceForm``), called once in ``save_model``."""
+    """Writes through a service, called once in ``save_model`` (``write``: by default the
+    add form's ``create``, a ``ServiceForm``); a refusal shows the page again with it."""
 
     def get_form(
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kw: Any
@@ -73,12 +154,17 @@ class ServiceWriteAdmin[M: Any](ModelAdmin[M]):
         form = super().get_form(request, obj, change=change, **kw)
         refusal = getattr(request, "service_refusal", None)
         if refusal is not None:  # the second pass of a refused submission: say why
-            form = type(form.__name__, (form,), {"refusal": refusal})
+            bases = (form,) if issubclass(form, RefusalShown) else (RefusalShown, form)
+            form = type(form.__name__, bases, {"refusal": refusal})
         return form
+
+    def write(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> Any:
+        """Calls the service; returns the row it wrote."""
+        return form.create(dict(form.cleaned_data), request.user)
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         try:
-            created = form.create(dict(form.cleaned_data), request.user)
+            created = self.write(request, obj, form, change)
         except ValidationError as error:
             raise _Refused(error) from error  # rolls back the page's transaction
         # The admin goes on with the form's instance (log entry, redirect): make it the row.

@@ -9,16 +9,14 @@ import uuid
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.paginator import Paginator
-from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
-from django.utils.functional import cached_property
 
-from accounts.admin_site import DashboardPanel, UtcColumns, dashboard_panel_register, utc
+from accounts.admin_site import DashboardPanel, dashboard_panel_register, utc
+from accounts.admin_toolkit import ReadOnlyAdmin
 from fleet.admin.gpus import GpuAdmin
 from fleet.models import Gpu, IncidentDraft
 from fleet.selectors import gpu_ids_in_service
@@ -48,45 +46,6 @@ from telemetry.services.enrolment import bootstrap_token_issue, node_key_revoke
 RECENT = dt.timedelta(hours=1)
 
 
-# Filtered telemetry lists are counted exactly up to this many rows, and said to hold "more
-# than" it beyond: an exact count of a big filtered list costs as much as reading it.
-COUNT_CAP = 10_000
-
-
-class HonestCountPaginator(Paginator[Any]):
-    """Telemetry tables are huge: never COUNT(*) them whole to draw page links.
-
-    An unfiltered list is counted from the planner's estimate (``about``); a filtered one
-    exactly up to ``COUNT_CAP`` rows (``exact``), else as ``more than`` the cap. The list's
-    pagination template says which (``admin/telemetry/pagination.html``).
-    """
-
-    count_kind = "exact"
-
-    @cached_property
-    def count(self) -> int:
-        queryset = self.object_list
-        if isinstance(queryset, QuerySet) and not queryset.query.where:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                    [queryset.model._meta.db_table],
-                )
-                row = cursor.fetchone()
-            estimate = int(row[0]) if row else -1
-            if estimate > COUNT_CAP:
-                self.count_kind = "about"
-                return estimate
-        if isinstance(queryset, QuerySet):
-            counted = queryset.order_by()[: COUNT_CAP + 1].count()
-        else:
-            counted = len(queryset)
-        if counted > COUNT_CAP:
-            self.count_kind = "more_than"
-            return COUNT_CAP
-        return counted
-
-
 class BatchStatusFilter(admin.SimpleListFilter):
     """Status, as ``selectors.batches_with_status`` finds it (through the queue)."""
 
@@ -103,22 +62,11 @@ class BatchStatusFilter(admin.SimpleListFilter):
         return queryset
 
 
-class BigTableAdmin[M: Any](UtcColumns[M]):
+class BigTableAdmin[M: Any](ReadOnlyAdmin[M]):
     """Raw and derived telemetry: read here, never added, edited or deleted (ingest writes it,
-    retention removes it)."""
+    retention removes it), 50 rows a page."""
 
-    paginator = HonestCountPaginator
-    show_full_result_count = False
     list_per_page = 50
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(IngestBatch)

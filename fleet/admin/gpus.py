@@ -139,20 +139,16 @@ class GpuAdmin(AuditedAdmin[Gpu]):
     def has_import_gpus_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("fleet.import_gpus")
 
-    def save_model(self, request: HttpRequest, obj: Gpu, form: Any, change: bool) -> None:
+    def write(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> Any:
         if change:
-            super().save_model(request, obj, form, change)
-            return
-        registered = gpu_register(
+            return super().write(request, obj, form, change)
+        return gpu_register(
             serial=obj.serial,
             nvml_uuid=obj.nvml_uuid,
             model=obj.model,
             by=_user(request),
             reason="Registered in the console.",
         )
-        # The admin goes on with the form's instance (log entry, redirect): make it the row.
-        obj.pk, obj.created_at = registered.pk, registered.created_at
-        obj._state.adding = False
 
     def change_view(
         self,

@@ -98,13 +98,10 @@ class MaintenanceWindowAdmin(ScopedAdmin[MaintenanceWindow]):
     readonly_fields = ("cancelled_at", "created_by", "created_at")
     actions = ("cancel",)
 
-    def save_model(
-        self, request: HttpRequest, obj: MaintenanceWindow, form: Any, change: bool
-    ) -> None:
+    def write(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> Any:
         if change:
-            super().save_model(request, obj, form, change)
-            return
-        window = operations.maintenance_schedule(
+            return super().write(request, obj, form, change)
+        return operations.maintenance_schedule(
             scope=obj.scope,
             title=obj.title,
             description=obj.description,
@@ -113,8 +110,6 @@ class MaintenanceWindowAdmin(ScopedAdmin[MaintenanceWindow]):
             ends_at=obj.ends_at,
             by=_user(request),
         )
-        obj.pk, obj.created_at, obj.created_by = window.pk, window.created_at, window.created_by
-        obj._state.adding = False
 
     @admin.action(description="Cancel (or end early) the selected windows…", permissions=["change"])
     def cancel(
@@ -147,11 +142,10 @@ class IncidentAdmin(ScopedAdmin[Incident]):
     def from_event(self, obj: Incident) -> str:
         return _event_link(obj.telemetry_event_id)
 
-    def save_model(self, request: HttpRequest, obj: Incident, form: Any, change: bool) -> None:
+    def write(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> Any:
         if change:
-            super().save_model(request, obj, form, change)
-            return
-        incident = operations.incident_open(
+            return super().write(request, obj, form, change)
+        return operations.incident_open(
             scope=obj.scope,
             title=obj.title,
             cause=obj.cause,
@@ -160,8 +154,6 @@ class IncidentAdmin(ScopedAdmin[Incident]):
             internal_notes=obj.internal_notes,
             by=_user(request),
         )
-        obj.pk, obj.created_at, obj.opened_by = incident.pk, incident.created_at, incident.opened_by
-        obj._state.adding = False
 
     @admin.action(description="Close the selected incidents…", permissions=["change"])
     def close(self, request: HttpRequest, queryset: QuerySet[Incident]) -> HttpResponse | None:

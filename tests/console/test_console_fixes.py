@@ -11,13 +11,13 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from accounts import admin_toolkit
 from accounts import services as accounts
 from accounts.models import Owner
 from billing.models import Period, Statement
 from billing.services.periods import period_for_month
 from fleet.models import Incident, IncidentDraft, Ownership, share_percent
 from fleet.services import ownership
-from telemetry import admin as telemetry_admin
 from telemetry.testing import event, window
 from tests.accounts.two_factor import console_login
 from tests.console.test_dashboard import text
@@ -125,7 +125,7 @@ def test_telemetry_lists_count_honestly_and_offer_no_delete(telemetry, operator,
     page = operator.get("/admin/telemetry/telemetryevent/").text
     assert "1,000,000,000" not in page and "1000000000" not in page
     assert "delete_selected" not in page and "1 telemetry event" in text(page)
-    monkeypatch.setattr(telemetry_admin, "COUNT_CAP", 0)
+    monkeypatch.setattr(admin_toolkit, "COUNT_CAP", 0)
     filtered = text(operator.get("/admin/telemetry/telemetryevent/?kind__exact=xid").text)
     assert "More than 0 telemetry events (filter further to count exactly)" in filtered
     with connection.cursor() as cursor:

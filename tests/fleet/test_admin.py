@@ -386,17 +386,45 @@ def test_operator_groups_command_is_idempotent():
 
 
 def test_unfiltered_big_lists_are_counted_from_the_planner_estimate(h100, monkeypatch):
+    from accounts import admin_toolkit
     from fleet.admin import base
 
+    assert base.BigTableAdmin.paginator is admin_toolkit.HonestCountPaginator  # one base
     for n in range(3):
         make_gpu(h100, 100 + n)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE fleet_gpu")
-    monkeypatch.setattr(base, "ESTIMATE_ABOVE", 0)
+    monkeypatch.setattr(admin_toolkit, "COUNT_CAP", 0)
     with CaptureQueriesContext(connection) as captured:
-        assert base.EstimatedCountPaginator(Gpu.objects.all(), 100).count == 3
+        whole = admin_toolkit.HonestCountPaginator(Gpu.objects.all(), 100)
+        assert (whole.count, whole.count_kind) == (3, "about")
     assert "reltuples" in captured[0]["sql"] and len(captured) == 1
     filtered = Gpu.objects.filter(serial="SN0100")
     with CaptureQueriesContext(connection) as captured:
-        assert base.EstimatedCountPaginator(filtered, 100).count == 1
+        found = admin_toolkit.HonestCountPaginator(filtered, 100)
+        assert (found.count, found.count_kind) == (0, "more_than")
     assert "COUNT(*)" in captured[0]["sql"]
+
+
+def test_a_refused_edit_shows_the_form_again_with_the_services_words(
+    fleet_data, operator, site, monkeypatch
+):
+    """The console toolkit's rule for fleet's edit pages too: the service refuses, the page
+    comes back with its message on the field, and nothing is written (it was a 500)."""
+    from django.core.exceptions import ValidationError
+
+    from fleet.admin import base
+
+    def refuse(**kw):
+        raise ValidationError({"name": "Refused by the service: say why."})
+
+    monkeypatch.setattr(base, "record_save", refuse)
+    response = operator.post(
+        f"/admin/fleet/site/{site.pk}/change/",
+        {"code": site.code, "name": "Renamed", "country": site.country, "time_zone": "UTC"},
+    )
+    assert response.status_code == 200
+    assert "Refused by the service: say why." in response.text
+    site.refresh_from_db()
+    assert site.name != "Renamed"
+    assert not AuditEntry.objects.filter(action="site.update").exists()
