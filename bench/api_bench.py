@@ -137,6 +137,9 @@ def _generate(gpus: int) -> dict[str, Any]:
         billing_currency="EUR",
     )
     accounts.membership_grant(user=alice, owner=owner, role="admin")
+    # A personal key reads earnings only once its maker acknowledged the disclosure (403
+    # before, which the statement endpoints measured instead of their work).
+    accounts.disclosure_acknowledge(user=alice, disclosure=disclosure, ip=None, user_agent="bench")
     _, token = accounts.api_key_create(
         name="bench",
         scopes=[ApiScope.FLEET_READ, ApiScope.TELEMETRY_READ, ApiScope.STATEMENTS_READ],
