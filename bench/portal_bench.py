@@ -18,7 +18,8 @@ Timed through Django's test client, each ``BENCH_RUNS`` times (default 7) after 
 * the same page as a viewer of the same account who has not (no earnings: the baseline);
 * both again with February chosen in the period picker (February final from its stored
   lines, and March to date as above).
-Printed: the medians and the goal, the overview with earnings under 0.5 s.
+Printed: the medians and the goal, the overview with earnings under 0.5 s; and the earnings
+page's money by day for February (no goal: printed so its cost at this size is seen).
 """
 
 from __future__ import annotations
@@ -261,6 +262,14 @@ def main() -> int:
                     note=load(),
                 )
             )
+        # The earnings page's money by day for the published month: each GPU's lines rerun
+        # from the frozen inputs with the holding cut at every midnight (no goal of its own;
+        # printed so it is seen at this size).
+        by_day = _time(shown, "/earnings/?month=2026-02", "By day", RUNS)
+        print(
+            f"earnings page, February by day: {statistics.median(by_day) * 1000:7.1f} ms "
+            f"({min(by_day) * 1000:.1f}–{max(by_day) * 1000:.1f}); median of {RUNS}"
+        )
         if PROFILE:
             import cProfile
 

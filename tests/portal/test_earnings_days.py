@@ -84,3 +84,28 @@ def test_a_month_without_a_published_statement_says_so(signed_in, published):
         running = signed_in.get(reverse("portal:earnings")).content.decode()
     assert "No published statement for January 2026: daily figures come from a published" in html
     assert "No published statement for March 2026: the month is still running" in running
+
+
+def test_a_published_statements_days_are_worked_out_once(signed_in, published, monkeypatch):
+    """They never change (frozen inputs are immutable), so they are kept by the statement
+    and its content hash: the second page view reruns no GPU's lines."""
+    from portal.views import earnings as view
+
+    worked: list[object] = []
+    real = view.statement_days
+
+    def counted(*, statement):
+        worked.append(statement.pk)
+        return real(statement=statement)
+
+    monkeypatch.setattr(view, "statement_days", counted)
+    with time_machine.travel(LATER, tick=False):
+        first = signed_in.get(reverse("portal:earnings"), {"month": "2026-02"})
+        second = signed_in.get(reverse("portal:earnings"), {"month": "2026-02"})
+    assert worked == [published.pk]
+
+    def by_day(page) -> str:
+        text = page.content.decode()
+        return text[text.index('id="by-day-h"') :].split("</table>", 1)[0]
+
+    assert by_day(first) == by_day(second)
