@@ -19,7 +19,7 @@ from django import forms
 from django.contrib.admin import AdminSite, ModelAdmin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.db import models
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
@@ -76,6 +76,24 @@ class UtcColumns[M: models.Model](ModelAdmin[M]):
     console's times are all UTC; Django's format does not say so): in list columns, and in the
     read-only fields of a page (every field of a page the operator may only view). An instant
     the operator may edit stays a form field, whose help text says UTC."""
+
+    def page_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+        """What an object's change page shows besides its form (its history, its state, the
+        steps it allows); a subclass adds to ``super().page_context``. Read once per page."""
+        return {}
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        obj = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if obj is not None:
+            context.update(self.page_context(request, obj))
+        return super().change_view(request, object_id, form_url, context)
 
     def _instants(self) -> set[str]:
         return {

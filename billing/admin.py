@@ -64,19 +64,12 @@ class AuditTrailAdmin[M: Any](UtcColumns[M]):
     def audit_entries(self, obj: Any) -> list[Any]:
         return audit_trail(obj=obj)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> Any:
-        obj = self.get_object(request, object_id)
-        context = dict(extra_context or {})
-        if obj is not None:
-            context["audit_trail"] = self.audit_entries(obj)
-            context["audit_trail_title"] = self.audit_trail_title
-        return super().change_view(request, object_id, form_url, context)
+    def page_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+        return {
+            **super().page_context(request, obj),
+            "audit_trail": self.audit_entries(obj),
+            "audit_trail_title": self.audit_trail_title,
+        }
 
 
 class AddOnlyAdmin[M: Any](ServiceWriteAdmin[M], AuditTrailAdmin[M]):
@@ -147,23 +140,15 @@ class PeriodAdmin(AuditTrailAdmin[Period]):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return () if obj is None else self.shown
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> Any:
+    def page_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
         """The period's page offers the close steps its status allows, as buttons that run
         the same actions as the list (for operators who may close periods)."""
-        period = self.get_object(request, object_id)
-        context = dict(extra_context or {})
-        if period is not None:
-            context["period_next"] = (
-                PERIOD_NEXT.get(period.status, []) if self.has_close_permission(request) else []
-            )
-            context["period_statements"] = _statement_counts(period)
-        return super().change_view(request, object_id, form_url, context)
+        allowed = self.has_close_permission(request)
+        return {
+            **super().page_context(request, obj),
+            "period_next": PERIOD_NEXT.get(obj.status, []) if allowed else [],
+            "period_statements": _statement_counts(obj),
+        }
 
     def save_model(self, request: HttpRequest, obj: Period, form: Any, change: bool) -> None:
         made = periods.period_for_month(

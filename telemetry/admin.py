@@ -270,26 +270,19 @@ class GpuWithTelemetryAdmin(GpuAdmin):
         state = getattr(gpu, "telemetry_state", None)
         return "—" if state is None else telemetry_now_label(state)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        gpu = self.get_object(request, object_id)
-        context = dict(extra_context or {})
-        if gpu is not None:
-            state = gpu_states_now(gpu_ids=[gpu.pk], now=timezone.now()).get(gpu.pk, NO_TELEMETRY)
-            context["telemetry_state"] = state
-            context["telemetry_label"] = telemetry_now_label(state)
-            context["telemetry_events"] = list(
-                TelemetryEvent.objects.filter(gpu=gpu).order_by("-occurred_at", "-pk")[:20]
-            )
-            context["incident_drafts"] = list(
-                IncidentDraft.objects.filter(gpu=gpu).order_by("-started_at", "-pk")[:10]
-            )
-        return super().change_view(request, object_id, form_url, context)
+    def page_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+        state = gpu_states_now(gpu_ids=[obj.pk], now=timezone.now()).get(obj.pk, NO_TELEMETRY)
+        return {
+            **super().page_context(request, obj),
+            "telemetry_state": state,
+            "telemetry_label": telemetry_now_label(state),
+            "telemetry_events": list(
+                TelemetryEvent.objects.filter(gpu=obj).order_by("-occurred_at", "-pk")[:20]
+            ),
+            "incident_drafts": list(
+                IncidentDraft.objects.filter(gpu=obj).order_by("-started_at", "-pk")[:10]
+            ),
+        }
 
 
 admin.site.unregister(Gpu)

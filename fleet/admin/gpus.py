@@ -150,20 +150,13 @@ class GpuAdmin(AuditedAdmin[Gpu]):
             reason="Registered in the console.",
         )
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        gpu = self.get_object(request, object_id)
-        context = dict(extra_context or {})
-        if gpu is not None:
-            context["gpu_history"] = selectors.gpu_history(gpu=gpu)
-            context["can_move"] = self.has_move_gpu_permission(request)
-            context["can_transfer"] = self.has_transfer_ownership_permission(request)
-        return super().change_view(request, object_id, form_url, context)
+    def page_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+        return {
+            **super().page_context(request, obj),
+            "gpu_history": selectors.gpu_history(gpu=obj),
+            "can_move": self.has_move_gpu_permission(request),
+            "can_transfer": self.has_transfer_ownership_permission(request),
+        }
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view

@@ -215,21 +215,12 @@ class IncidentDraftAdmin(BigTableAdmin[IncidentDraft]):
         # page offers as buttons), never an edit.
         return obj is None and super().has_change_permission(request)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        draft = self.get_object(request, object_id)
-        context = dict(extra_context or {})
-        context["can_decide"] = (
-            draft is not None
-            and draft.status == IncidentDraft.Status.OPEN
-            and self.has_change_permission(request)
-        )
-        return super().change_view(request, object_id, form_url, context)
+    def page_context(self, request: HttpRequest, obj: Any) -> dict[str, Any]:
+        open_ = obj.status == IncidentDraft.Status.OPEN
+        return {
+            **super().page_context(request, obj),
+            "can_decide": open_ and self.has_change_permission(request),
+        }
 
     @admin.display(description="telemetry event")
     def event(self, obj: IncidentDraft) -> str:
