@@ -169,11 +169,6 @@ def plain_point(bucket: PlainBucket) -> SeriesPoint:
     )
 
 
-def series_points(parts: Sequence[PlainBucket | SeriesPoint]) -> list[SeriesPoint]:
-    """``series_parts``' buckets all as points (a plain one through ``plain_point``)."""
-    return [plain_point(p) if isinstance(p, PlainBucket) else p for p in parts]
-
-
 def series_parts(
     *,
     gpu: Gpu,
@@ -185,8 +180,8 @@ def series_parts(
 ) -> list[PlainBucket | SeriesPoint]:
     """Per hour or day of ``[start, end)`` (aligned to the step, UTC), the accounting figures
     (rules 1–3) over the seconds the caller's accounts held the GPU: a plain bucket as the
-    rollups' sums (``PlainBucket``; the API renders those straight to text, ``series_points``
-    makes them points) and any other as its point.
+    rollups' sums (``PlainBucket``; the API renders those straight to text, ``plain_point``
+    makes one a point) and any other as its point.
 
     A bucket that is one cell of whole hours counted from telemetry (``_plain_gap``: the
     usual case) is summed from the rollups in one grouped query; the others, if any, from one load

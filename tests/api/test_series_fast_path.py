@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.renderers import JSONRenderer
 
-from api.selectors import series_parts, series_points
+from api.selectors import PlainBucket, SeriesPoint, plain_point, series_parts
 from api.serializers import SeriesPointSerializer, row_sources, rows_data, series_points_json
 from fleet.models import (
     Incident,
@@ -25,6 +25,12 @@ from fleet.models import (
     Ownership,
 )
 from tests.billing import scenario as s
+
+
+def series_points(parts: list[PlainBucket | SeriesPoint]) -> list[SeriesPoint]:
+    """``series_parts``' buckets all as points (a plain one through ``plain_point``)."""
+    return [plain_point(p) if isinstance(p, PlainBucket) else p for p in parts]
+
 
 pytestmark = pytest.mark.django_db
 
