@@ -89,10 +89,10 @@ def test_a_month_without_a_published_statement_says_so(signed_in, published):
 def test_a_published_statements_days_are_worked_out_once(signed_in, published, monkeypatch):
     """They never change (frozen inputs are immutable), so they are kept by the statement
     and its content hash: the second page view reruns no GPU's lines."""
+    from billing.selectors.earnings import statement_days as real
     from portal.views import earnings as view
 
     worked: list[object] = []
-    real = view.statement_days
 
     def counted(*, statement):
         worked.append(statement.pk)
@@ -105,7 +105,7 @@ def test_a_published_statements_days_are_worked_out_once(signed_in, published, m
     assert worked == [published.pk]
 
     def by_day(page) -> str:
-        text = page.content.decode()
+        text: str = page.content.decode()
         return text[text.index('id="by-day-h"') :].split("</table>", 1)[0]
 
     assert by_day(first) == by_day(second)
