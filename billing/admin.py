@@ -11,7 +11,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
@@ -31,6 +31,7 @@ from billing.models import (
     Statement,
     StatementLine,
 )
+from billing.selectors.close import period_statements
 from billing.selectors.history import audit_trail, period_history
 from billing.selectors.pending import telemetry_pending
 from billing.services import closing, ledger, periods, publishing, reconciliation, revenue
@@ -147,7 +148,7 @@ class PeriodAdmin(AuditTrailAdmin[Period]):
         return {
             **super().page_context(request, obj),
             "period_next": PERIOD_NEXT.get(obj.status, []) if allowed else [],
-            "period_statements": _statement_counts(obj),
+            "period_statements": period_statements(period=obj).labelled(),
         }
 
     def save_model(self, request: HttpRequest, obj: Period, form: Any, change: bool) -> None:
@@ -519,17 +520,6 @@ class AdjustmentAdmin(AddOnlyAdmin[Adjustment]):
 # ---- the front page: where the close stands ---------------------------------------------------
 
 
-def _statement_counts(period: Period) -> list[tuple[str, int]]:
-    """Statements of a period by status, every status listed (label, count)."""
-    counts = dict(
-        Statement.objects.filter(period=period)
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("pk"))
-    )
-    return [(str(label), int(counts.get(value, 0))) for value, label in Statement.Status.choices]
-
-
 def billing_panel(*, now: datetime) -> dict[str, Any]:
     """The period running now, and the period whose close comes first: the oldest that has
     ended and is not closed (closing, or still open), with its statements and whether its
@@ -546,7 +536,7 @@ def billing_panel(*, now: datetime) -> dict[str, Any]:
         "billing": {
             "running": running,
             "due": due,
-            "due_statements": _statement_counts(due) if due else [],
+            "due_statements": period_statements(period=due).labelled() if due else [],
             "due_telemetry": telemetry_pending(start=due.start, end=due.end) if due else None,
             "last_closed": last_closed,
         }

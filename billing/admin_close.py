@@ -18,7 +18,6 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Count, Max
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -29,6 +28,7 @@ from accounts.admin_toolkit import all_or_none, error_text
 from accounts.models import User
 from billing.models import Period, Statement
 from billing.selectors import close as close_selectors
+from billing.selectors.close import period_statements
 from billing.selectors.history import period_history
 from billing.selectors.pending import telemetry_pending
 from billing.services import closing, publishing
@@ -75,15 +75,10 @@ def close_steps(*, period: Period, user: Any, now: datetime) -> dict[str, Any]:
         period.status == Period.Status.OPEN,
         period.status == Period.Status.CLOSING,
     )
-    counts = dict(
-        Statement.objects.filter(period=period)
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("pk"))
-    )
-    drafts = counts.get(Statement.Status.DRAFT, 0)
-    requested = counts.get(Statement.Status.PUBLISH_REQUESTED, 0)
-    published = counts.get(Statement.Status.PUBLISHED, 0)
+    tally = period_statements(period=period, requester=user)
+    drafts = tally.of(Statement.Status.DRAFT)
+    requested = tally.of(Statement.Status.PUBLISH_REQUESTED)
+    published = tally.of(Statement.Status.PUBLISHED)
     total = drafts + requested + published
     statements_url = _admin_url(
         "billing_statement_changelist", query={"period__id__exact": period.pk}
@@ -142,7 +137,7 @@ def close_steps(*, period: Period, user: Any, now: datetime) -> dict[str, Any]:
             start.action = ("start", "Start the close: compute the drafts")
 
     computed = Step("drafts", "Drafts computed")
-    last = Statement.objects.filter(period=period).aggregate(at=Max("computed_at"))["at"]
+    last = tally.last_computed
     if is_open:
         computed.note("Computed when the close starts.")
     else:
@@ -174,9 +169,7 @@ def close_steps(*, period: Period, user: Any, now: datetime) -> dict[str, Any]:
 
     request = Step("request", "Request publishing")
     approve = Step("approve", "Approve publishing (a second operator)")
-    mine = Statement.objects.filter(
-        period=period, status=Statement.Status.PUBLISH_REQUESTED, requested_by=user
-    ).count()
+    mine = tally.requested_by_requester
     if closing_now and drafts:
         request.state = TODO
         request.note(f"{drafts} draft(s) to request.", statements_url, "Review them")

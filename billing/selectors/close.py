@@ -13,9 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Sum
+from django.db.models import Count, Max, Q, Sum
 
 from accounts.models import Owner
 from billing.engine.intervals import Interval, intersect, subtract
@@ -67,6 +68,36 @@ class OwnerChange:
         if self.net is None and self.previous is None:
             return None
         return (self.net or ZERO) - (self.previous or ZERO)
+
+
+@dataclass(frozen=True)
+class PeriodStatements:
+    """A period's statements by status, when they were last computed, and how many of the
+    requested ones ``requester`` requested (who may not approve them too)."""
+
+    counts: dict[str, int]
+    last_computed: datetime | None
+    requested_by_requester: int
+
+    def of(self, status: str) -> int:
+        return self.counts.get(status, 0)
+
+    def labelled(self) -> list[tuple[str, int]]:
+        """Every status, in order, with its label and count."""
+        return [(str(label), self.of(value)) for value, label in Statement.Status.choices]
+
+
+def period_statements(*, period: Period, requester: object = None) -> PeriodStatements:
+    """One query: a period's statements tallied (``PeriodStatements``)."""
+    sums: dict[str, Any] = {
+        f"n_{value}": Count("pk", filter=Q(status=value)) for value in Statement.Status.values
+    }
+    if requester is not None:
+        mine = Q(status=Statement.Status.PUBLISH_REQUESTED, requested_by=requester)
+        sums["mine"] = Count("pk", filter=mine)
+    tally = Statement.objects.filter(period=period).aggregate(last=Max("computed_at"), **sums)
+    counts = {value: int(tally[f"n_{value}"]) for value in Statement.Status.values}
+    return PeriodStatements(counts, tally["last"], int(tally.get("mine", 0)))
 
 
 @dataclass(frozen=True)
