@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.core.cache import cache
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import render
 from django.utils.safestring import mark_safe
@@ -24,7 +23,7 @@ from django.utils.safestring import mark_safe
 from accounts.models import Owner, User
 from billing.engine.intervals import Interval, intersect
 from billing.models import RentalGpu, Statement, StatementLine
-from billing.selectors.earnings import DayMoney, statement_days, statement_gpu_sums
+from billing.selectors.earnings import DayMoney, statement_days_kept, statement_gpu_sums
 from fleet.models import Gpu
 from portal import charts
 from portal.access import owners_of_user, statements_for_user
@@ -202,23 +201,6 @@ class MonthDays:
     undivided: list[Statement]
 
 
-# A published statement's days never change (its frozen inputs are immutable in the
-# database), so they are kept by the statement and its content hash; "v1" is the derivation's
-# version. Working them out reruns every GPU's lines (~2 s for 100 GPUs over a month here).
-_DAYS_KEY = "portal:statement-days:v1:{pk}:{sha}"
-_DAYS_KEPT_S = 30 * 86_400
-
-
-def _days_kept(statement: Statement) -> list[DayMoney] | None:
-    key = _DAYS_KEY.format(pk=statement.pk, sha=statement.content_sha256)
-    kept = cache.get(key)
-    if kept is None:
-        kept = (statement_days(statement=statement),)
-        cache.set(key, kept, timeout=_DAYS_KEPT_S)
-    days: list[DayMoney] | None = kept[0]
-    return days
-
-
 def month_days(statements: list[Statement], month: Period) -> MonthDays:
     """The days of the published statements whose period starts in the month."""
     rows: list[DayRow] = []
@@ -226,7 +208,7 @@ def month_days(statements: list[Statement], month: Period) -> MonthDays:
     for statement in statements:
         if not month.start <= statement.period.start < month.month_end:
             continue
-        days = _days_kept(statement)
+        days = statement_days_kept(statement=statement)
         if days is None:
             undivided.append(statement)
             continue

@@ -89,8 +89,7 @@ def test_a_month_without_a_published_statement_says_so(signed_in, published):
 def test_a_published_statements_days_are_worked_out_once(signed_in, published, monkeypatch):
     """They never change (frozen inputs are immutable), so they are kept by the statement
     and its content hash: the second page view reruns no GPU's lines."""
-    from billing.selectors.earnings import statement_days as real
-    from portal.views import earnings as view
+    from billing.selectors import earnings as selectors
 
     worked: list[object] = []
 
@@ -98,7 +97,8 @@ def test_a_published_statements_days_are_worked_out_once(signed_in, published, m
         worked.append(statement.pk)
         return real(statement=statement)
 
-    monkeypatch.setattr(view, "statement_days", counted)
+    real = selectors.statement_days
+    monkeypatch.setattr(selectors, "statement_days", counted)
     with time_machine.travel(LATER, tick=False):
         first = signed_in.get(reverse("portal:earnings"), {"month": "2026-02"})
         second = signed_in.get(reverse("portal:earnings"), {"month": "2026-02"})
