@@ -61,10 +61,7 @@ class LockOrderError(RuntimeError):
 def lock[M: Model](queryset: QuerySet[M], *, of: tuple[str, ...] = ("self",)) -> list[M]:
     """Locks the rows of ``queryset`` (``SELECT … FOR UPDATE OF`` ``of``) in primary-key order
     and returns them, in that order. Inside a transaction only (as ``select_for_update``)."""
-    label = queryset.model._meta.label_lower
-    rank = _RANK.get(label)
-    if rank is None:
-        raise LockOrderError(f"{label} has no place in core.locks.LOCK_ORDER; give it one.")
+    label, rank = _placed(queryset)
     rows: list[Any] = list(
         queryset.select_for_update(of=of)
         .annotate(_lock_xact=RawSQL("pg_current_xact_id()::text", []))
@@ -80,10 +77,7 @@ def lock_shared(queryset: QuerySet[Any], *fields: str) -> list[tuple[Any, ...]]:
     them until this transaction ends), in primary-key order, in ``LOCK_ORDER`` as ``lock``;
     returns ``fields`` of each row. Django's ORM has no ``FOR SHARE``: the queryset's own SQL
     is used, with the clause added."""
-    label = queryset.model._meta.label_lower
-    rank = _RANK.get(label)
-    if rank is None:
-        raise LockOrderError(f"{label} has no place in core.locks.LOCK_ORDER; give it one.")
+    label, rank = _placed(queryset)
     rows = (
         queryset.order_by("pk")
         .annotate(_lock_xact=RawSQL("pg_current_xact_id()::text", []))
@@ -105,6 +99,15 @@ def lock_one[M: Model](queryset: QuerySet[M], *, of: tuple[str, ...] = ("self",)
         missing: type[Exception] = queryset.model.DoesNotExist  # type: ignore[attr-defined]
         raise missing(f"No {queryset.model._meta.verbose_name} to lock.")
     return rows[0]
+
+
+def _placed(queryset: QuerySet[Any]) -> tuple[str, int]:
+    """The queryset's kind and its place in ``LOCK_ORDER``; a kind without one is refused."""
+    label = queryset.model._meta.label_lower
+    rank = _RANK.get(label)
+    if rank is None:
+        raise LockOrderError(f"{label} has no place in core.locks.LOCK_ORDER; give it one.")
+    return label, rank
 
 
 def _scope(connection: Any, xact: str) -> tuple[str, Any]:
