@@ -6,7 +6,9 @@ reason of its own. So every service locks rows through ``lock``, which takes a k
 primary-key order, and kinds in the order of ``LOCK_ORDER``: a transaction that holds a lock
 of one kind never asks for a kind that comes earlier. ``lock`` checks that as it goes and
 raises ``LockOrderError`` (a programming error, which the tests would meet first) instead of
-taking a lock out of order.
+taking a lock out of order. Rows the transaction already holds, as strongly, may be locked
+again at any point: that waits for no one (a close's chunks, run inside an operator action's
+one transaction, each hold the period they already hold).
 
 Not covered, because they cannot wait in a cycle with these: ``FOR UPDATE SKIP LOCKED``
 claims (the ingest worker's batches, the derived pass's marks) never wait, and the advisory
@@ -52,6 +54,9 @@ _RANK = {label: rank for rank, label in enumerate(LOCK_ORDER)}
 # Which transaction (PostgreSQL's id for it) last took a lock on this connection, and the
 # latest kind it locked. A new transaction starts from nothing.
 _TAKEN = "steward_locks_taken"
+# The rows that transaction holds: (kind, primary key) → strength (FOR SHARE 1, FOR UPDATE 2).
+_HELD = "steward_locks_held"
+SHARE, UPDATE = 1, 2
 
 
 class LockOrderError(RuntimeError):
@@ -68,7 +73,7 @@ def lock[M: Model](queryset: QuerySet[M], *, of: tuple[str, ...] = ("self",)) ->
         .order_by("pk")
     )
     if rows:
-        _check(queryset.db, label, rank, rows[0]._lock_xact)
+        _check(queryset.db, label, rank, rows[0]._lock_xact, [r.pk for r in rows], UPDATE)
     return rows
 
 
@@ -81,15 +86,15 @@ def lock_shared(queryset: QuerySet[Any], *fields: str) -> list[tuple[Any, ...]]:
     rows = (
         queryset.order_by("pk")
         .annotate(_lock_xact=RawSQL("pg_current_xact_id()::text", []))
-        .values_list(*fields, "_lock_xact")
+        .values_list(*fields, "pk", "_lock_xact")
     )
     sql, params = rows.query.sql_with_params()
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(f"{sql} FOR SHARE", params)
         found = cursor.fetchall()
     if found:
-        _check(queryset.db, label, rank, found[0][-1])
-    return [row[:-1] for row in found]
+        _check(queryset.db, label, rank, found[0][-1], [row[-2] for row in found], SHARE)
+    return [row[:-2] for row in found]
 
 
 def lock_one[M: Model](queryset: QuerySet[M], *, of: tuple[str, ...] = ("self",)) -> M:
@@ -121,9 +126,18 @@ def _scope(connection: Any, xact: str) -> tuple[str, Any]:
     return xact, savepoint or first
 
 
-def _check(alias: str, label: str, rank: int, xact: str) -> None:
+def _check(alias: str, label: str, rank: int, xact: str, keys: list[Any], strength: int) -> None:
     connection = connections[alias]
     scope = _scope(connection, xact)
+    held: tuple[Any, dict[tuple[str, Any], int]] | None = getattr(connection, _HELD, None)
+    if held is None or held[0] != scope:
+        held = (scope, {})
+        setattr(connection, _HELD, held)
+    rows = held[1]
+    if all(rows.get((label, key), 0) >= strength for key in keys):
+        return  # held already, as strongly: taking them again waits for no one
+    for key in keys:
+        rows[label, key] = max(rows.get((label, key), 0), strength)
     taken: tuple[Any, int, str] | None = getattr(connection, _TAKEN, None)
     if taken is not None and taken[0] == scope and taken[1] > rank:
         raise LockOrderError(

@@ -159,3 +159,15 @@ def test_two_billing_officers_close_and_publish_and_enter_payouts(closed_world, 
     _action(first, "/admin/billing/period/", "finish", [period.pk])
     assert Period.objects.get(pk=period.pk).status == Period.Status.CLOSED
     assert first.get("/admin/billing/payout/add/").status_code == 200
+
+
+def test_recomputing_closing_periods_from_the_list_rewrites_their_drafts(closed_world, oscar):
+    """The list's action runs every period's close in one transaction (all or none): each
+    chunk of statements holds the period the run already holds, which the lock order allows."""
+    client = console_login(Client(), oscar)
+    period = closed_world["period"]
+    _action(client, "/admin/billing/period/", "close", [period.pk])
+    assert Statement.objects.count() == 1
+    response = _action(client, "/admin/billing/period/", "recompute", [period.pk])
+    assert response.status_code == 200
+    assert "1 done." in response.content.decode()

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 
 from accounts.models import ApiKey, Owner
 from billing.models import Period
-from core.locks import LOCK_ORDER, LockOrderError, lock, lock_one
+from core.locks import LOCK_ORDER, LockOrderError, lock, lock_one, lock_shared
 from fleet.models import Incident
 from tests.conftest import ROOT
 from tests.source import string_literals
@@ -63,6 +63,32 @@ def test_the_order_holds_per_service_transaction_not_per_test():
         lock(Owner.objects.filter(pk=owner.pk))  # the right order within one
         with transaction.atomic():  # a nested block is the same service transaction
             lock(Owner.objects.filter(pk=owner.pk))
+
+
+def test_rows_already_held_may_be_locked_again_but_no_others():
+    """A close's chunks, inside one operator action's transaction, each hold the period the
+    first one holds: that waits for no one. Another period, or the same one more strongly
+    than it is held, could wait, and stays refused."""
+    (owner,) = owners(1)
+    march = a_period()
+    april = Period.objects.create(start=march.end, end=datetime(2026, 5, 1, tzinfo=UTC))
+    with transaction.atomic():
+        lock_shared(Period.objects.filter(pk=march.pk), "status")
+        lock(Owner.objects.filter(pk=owner.pk))
+        assert lock_shared(Period.objects.filter(pk=march.pk), "status") == [("open",)]
+    refused = r"billing\.period locked after accounts\.owner"
+    with pytest.raises(LockOrderError, match=refused), transaction.atomic():
+        lock_shared(Period.objects.filter(pk=march.pk), "status")
+        lock(Owner.objects.filter(pk=owner.pk))
+        lock_shared(Period.objects.filter(pk__in=[march.pk, april.pk]), "status")
+    with pytest.raises(LockOrderError, match=refused), transaction.atomic():
+        lock_shared(Period.objects.filter(pk=march.pk), "status")
+        lock(Owner.objects.filter(pk=owner.pk))
+        lock(Period.objects.filter(pk=march.pk))  # FOR UPDATE of a row held FOR SHARE
+    with transaction.atomic():
+        lock(Period.objects.filter(pk=march.pk))
+        lock(Owner.objects.filter(pk=owner.pk))
+        lock_shared(Period.objects.filter(pk=march.pk), "status")  # weaker than held
 
 
 def test_a_kind_without_a_place_in_the_order_is_refused():
