@@ -254,11 +254,15 @@ class StatementAdmin(AuditTrailAdmin[Statement]):
     show_full_result_count = False
     inlines = (StatementLineInline,)
     exclude = ("frozen_inputs",)
-    actions = ("request_publish", "approve_publish")
+    actions = ("request_publish", "approve_publish", "recompute_owner")
 
     def has_publish_permission(self, request: HttpRequest) -> bool:
         """Read-only operators see statements; only these may request or approve publishing."""
         return request.user.has_perm("billing.publish_statement")
+
+    def has_close_permission(self, request: HttpRequest) -> bool:
+        """Those who may close periods may redraft an owner's drafts of a closing one."""
+        return request.user.has_perm("billing.close_period")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return [f.name for f in Statement._meta.fields if f.name != "frozen_inputs"]
@@ -288,6 +292,26 @@ class StatementAdmin(AuditTrailAdmin[Statement]):
             request,
             queryset.order_by("pk"),
             lambda s: publishing.statement_publish_approve(statement=s, by=_user(request)),
+        )
+
+    @admin.action(
+        description="Recompute these owners' drafts (keeps each pool's split)",
+        permissions=["close"],
+    )
+    def recompute_owner(self, request: HttpRequest, queryset: QuerySet[Statement]) -> None:
+        """Each selected statement's owner in its period, once (an owner billed in two
+        currencies has two statements and one redraft)."""
+        pairs = sorted(
+            {(s.period, s.owner) for s in queryset.select_related("period", "owner")},
+            key=lambda pair: (pair[0].start, pair[1].legal_name, str(pair[1].pk)),
+        )
+        run_each(
+            self,
+            request,
+            pairs,
+            lambda pair: closing.owner_statements_recompute(
+                period=pair[0], owner=pair[1], by=_user(request)
+            ),
         )
 
 

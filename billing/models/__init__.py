@@ -3,6 +3,7 @@
 from billing.models.ledger import Adjustment, Payout
 from billing.models.periods import Period
 from billing.models.revenue import ClusterBilling, PoolRevenue, RateCard, Rental, RentalGpu
+from billing.models.splits import PoolSplit
 from billing.models.statements import Statement, StatementLine
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "Payout",
     "Period",
     "PoolRevenue",
+    "PoolSplit",
     "RateCard",
     "Rental",
     "RentalGpu",

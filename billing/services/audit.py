@@ -26,6 +26,7 @@ BILLING_ACTIONS: tuple[str, ...] = (
     "billing.payout.record",
     "billing.period.close_start",
     "billing.period.compute",
+    "billing.owner.recompute",
     "billing.period.reopen",
     "billing.period.close_finish",
     "billing.period.reconcile",

@@ -6,6 +6,10 @@ transaction, on ``WRITERS`` connections at once); a statement whose stored hash 
 equals the recomputed one is left alone (that hash is the run's watermark). A crash part-way
 leaves some chunks written and the rest as they were, and running again finishes the job
 with exactly the result of a clean run.
+
+A whole run also freezes each cluster's pool split (``PoolSplit``), replaced by the run's
+last transaction; ``owner_statements_recompute`` redrafts one owner's statements with it,
+measuring only that owner's GPUs. Starting a close removes the splits of an earlier one.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts import selectors as accounts_selectors
-from accounts.models import Disclosure, User
-from billing.models import Period, Statement, StatementLine
+from accounts.models import Disclosure, Owner, User
+from billing.models import Period, PoolSplit, Statement, StatementLine
 from billing.models.statements import LINE_FIELDS
 from billing.selectors.pending import telemetry_pending
 from billing.services.audit import billing_audit, values
@@ -167,6 +172,8 @@ def period_close_start(*, period: Period, by: User, reason: str = "") -> Period:
     )
     if updated != 1:  # the row is locked and was open: only a broken lock gets here
         raise ValidationError({"period": f"Period {locked} changed while it was locked."})
+    # Splits of an earlier close (since reopened) were made from what may have changed.
+    PoolSplit.objects.filter(period=locked).delete()
     locked.refresh_from_db()
     billing_audit(
         locked,
@@ -189,8 +196,35 @@ def period_close_run(*, period: Period, by: User | None = None, reason: str = ""
         )
     refuse_pending_telemetry(period, "compute statements for")
     with collector_paused():
-        drafts = statements_compute(period=period, disclosure=_disclosure())
-        return statements_write(period=period, drafts=drafts, by=by, reason=reason)
+        splits: list[PoolSplit] = []
+        drafts = statements_compute(period=period, disclosure=_disclosure(), splits=splits)
+        return statements_write(period=period, drafts=drafts, by=by, reason=reason, splits=splits)
+
+
+def owner_statements_recompute(
+    *, period: Period, owner: Owner, by: User | None = None, reason: str = ""
+) -> CloseRun:
+    """Recomputes one owner's drafts of a closing period — after a correction of the owner's
+    holdings or account, or under a new disclosure, say — with each cluster's pool split as
+    the period's last whole run froze it, so only the owner's GPUs are measured and the
+    owner's figures agree with the other owners' drafts. Refuses, changing nothing, while
+    telemetry for the period is pending, and where a split no longer holds for the owner's
+    GPUs (the pool, its basis, the cluster's GPUs or one of the owner's GPUs' weights changed
+    since): then the whole period is recomputed instead."""
+    period.refresh_from_db()
+    if period.status != Period.Status.CLOSING:
+        raise ValidationError(
+            {"period": f"Period {period} is {period.status}; drafts are computed while closing."}
+        )
+    refuse_pending_telemetry(period, "compute statements for")
+    owner_ids = [str(owner.pk)]
+    with collector_paused():
+        drafts = statements_compute(
+            period=period, disclosure=_disclosure(), owner_ids=owner_ids, reuse_split=True
+        )
+        return statements_write(
+            period=period, drafts=drafts, by=by, reason=reason, owner_ids=owner_ids
+        )
 
 
 def period_close(*, period: Period, by: User, reason: str = "") -> CloseRun:
@@ -225,10 +259,16 @@ def statements_write(
     drafts: dict[StatementKey, Draft],
     by: User | None = None,
     reason: str = "",
+    splits: list[PoolSplit] | None = None,
+    owner_ids: list[str] | None = None,
 ) -> CloseRun:
     """Writes the drafts (see the module's docstring). Its last transaction, which removes
     the drafts of owners who have none any more, also writes the run's audit entry
-    (``billing.period.compute``, with its counts)."""
+    (``billing.period.compute``, with its counts) and its ``splits``, replacing the period's.
+    With ``owner_ids``, the drafts are these owners' alone: only their drafts are removed,
+    and the entry is ``billing.owner.recompute``."""
+    if splits is not None:  # a crash part-way leaves none: nothing redrafts with a stale one
+        PoolSplit.objects.filter(period=period).delete()
     keys = sorted(drafts)
     chunks = [keys[i : i + WRITE_CHUNK] for i in range(0, len(keys), WRITE_CHUNK)]
     if WRITERS > 1 and len(chunks) > 1 and not connection.in_atomic_block:
@@ -241,8 +281,9 @@ def statements_write(
     removed = 0
     with transaction.atomic():
         _hold_closing(period)
+        mine = Q() if owner_ids is None else Q(owner_id__in=owner_ids)
         stale = lock(
-            Statement.objects.filter(period=period)
+            Statement.objects.filter(mine, period=period)
             .exclude(status=Statement.Status.PUBLISHED)
             .only("pk", "owner_id", "currency")
         )
@@ -252,9 +293,21 @@ def statements_write(
                 statement.delete()
                 removed += 1
         run = CloseRun(written, unchanged, removed, skipped)
-        billing_audit(
-            period, action="billing.period.compute", by=by, reason=reason, after=asdict(run)
-        )
+        if splits is not None:
+            PoolSplit.objects.filter(period=period).delete()
+            PoolSplit.objects.bulk_create(splits)
+        if owner_ids is None:
+            billing_audit(
+                period, action="billing.period.compute", by=by, reason=reason, after=asdict(run)
+            )
+        else:
+            billing_audit(
+                period,
+                action="billing.owner.recompute",
+                by=by,
+                reason=reason,
+                after={"owner_ids": owner_ids, **asdict(run)},
+            )
     return run
 
 

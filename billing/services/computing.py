@@ -5,6 +5,12 @@ ownership, rental, rate-card, in-service, maintenance and incident boundary), th
 currency in which the cluster's owners are billed, split the pool and run the engine per
 GPU. Revenue is never converted between currencies: revenue entered in a currency that a
 holder of the GPU is not billed in is refused with the GPU and owner named.
+
+A whole run can hand back each cluster's pool split (``splits``) for the close to freeze
+(``billing.models.PoolSplit``). Recomputing some owners' drafts with ``reuse_split`` then
+loads and measures only their GPUs, taking each GPU's part of the pool from the frozen split
+— the work of those GPUs alone, not of their clusters — and refuses where the split no
+longer holds for them.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, OuterRef, Q, Sum
+from django.utils import timezone
 
 from accounts.models import Disclosure, Owner
 from billing.engine.cells import CellUsage
@@ -30,12 +37,13 @@ from billing.engine.statement import (
     GpuInputs,
     OwnershipSlice,
     PoolBasis,
+    PoolTerms,
     RateTerms,
     gpu_lines,
     pool_split,
     pool_terms,
 )
-from billing.models import Adjustment, Payout, Period, PoolRevenue, Statement
+from billing.models import Adjustment, Payout, Period, PoolRevenue, PoolSplit, Statement
 from billing.selectors.facts import (
     GpuFacts,
     cluster_gpu_ids,
@@ -99,6 +107,8 @@ class ClusterFacts:
     currencies: list[str]
     terms: dict[str, list[RateTerms]]
     cuts: set[datetime]
+    # Every GPU placed in the cluster in the window (``facts`` may be only some of them).
+    gpu_ids: list[uuid.UUID] = field(default_factory=list)
 
 
 def day_boundaries(window: Interval) -> set[datetime]:
@@ -111,8 +121,18 @@ def day_boundaries(window: Interval) -> set[datetime]:
     return cuts
 
 
-def cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> ClusterFacts | None:
-    ids = cluster_gpu_ids(cluster_id=cluster_id, start=window.start, end=window.end)
+def cluster_facts(
+    period: Period,
+    window: Interval,
+    cluster_id: uuid.UUID,
+    *,
+    held_by: Collection[str] | None = None,
+) -> ClusterFacts | None:
+    """What the cluster's lines are computed from. With ``held_by``, the facts of only the
+    GPUs these owners held a share of in the window; the currencies (and so the rate cards
+    that cut every GPU's cells) are still those of all the cluster's holders."""
+    all_ids = cluster_gpu_ids(cluster_id=cluster_id, start=window.start, end=window.end)
+    ids = all_ids if held_by is None else _held_among(all_ids, held_by, window)
     if not ids:
         return None
     facts = gpu_facts(gpu_ids=ids, start=window.start, end=window.end, cluster_id=cluster_id)
@@ -148,7 +168,9 @@ def cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> Cl
                     }
                 )
 
-    currencies = sorted(set(currency_of.values()))
+    currencies = sorted(
+        set(currency_of.values()) if held_by is None else _holders_currencies(all_ids, window)
+    )
     terms = {
         c: rate_terms(cluster_id=cluster_id, currency=c, start=window.start, end=window.end)
         for c in currencies
@@ -157,7 +179,34 @@ def cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> Cl
     # Cells also end at every UTC midnight, so a statement's frozen inputs answer for each day
     # (the daily series of its report). Midnights are hour boundaries: the figures are unchanged.
     cuts |= day_boundaries(window)
-    return ClusterFacts(cluster, facts, currency_of, pools, basis, currencies, terms, cuts)
+    return ClusterFacts(
+        cluster, facts, currency_of, pools, basis, currencies, terms, cuts, list(all_ids)
+    )
+
+
+def _holding(gpu_ids: Collection[uuid.UUID], window: Interval) -> Any:
+    """Shares of these GPUs held at some time in the window (a fact's ownership slices)."""
+    return Ownership.objects.filter(gpu_id__in=list(gpu_ids), valid_from__lt=window.end).filter(
+        Q(valid_to__isnull=True) | Q(valid_to__gt=window.start)
+    )
+
+
+def _held_among(
+    gpu_ids: Collection[uuid.UUID], owner_ids: Collection[str], window: Interval
+) -> list[uuid.UUID]:
+    held = set(
+        _holding(gpu_ids, window)
+        .filter(owner_id__in=list(owner_ids))
+        .values_list("gpu_id", flat=True)
+    )
+    return [g for g in gpu_ids if g in held]
+
+
+def _holders_currencies(gpu_ids: Collection[uuid.UUID], window: Interval) -> set[str]:
+    """The currencies every holder of these GPUs in the window is billed in."""
+    return set(
+        _holding(gpu_ids, window).values_list("owner__billing_currency", flat=True).distinct()
+    )
 
 
 def _cluster_lines(
@@ -166,7 +215,13 @@ def _cluster_lines(
     prepared: ClusterFacts,
     usage: dict[uuid.UUID, CellUsage],
     drafts: dict[StatementKey, Draft],
+    *,
+    frozen: dict[str, PoolSplit] | None = None,
+    splits: list[PoolSplit] | None = None,
 ) -> None:
+    """The cluster's lines into ``drafts``. ``frozen``: the pool split per currency, taken
+    as a whole run froze it (``prepared`` may then hold only some GPUs); otherwise the pool
+    is split here over all the cluster's GPUs, and each split is added to ``splits``."""
     period_seconds = int((period.end - period.start).total_seconds())
     cluster, facts, currency_of = prepared.cluster, prepared.facts, prepared.currency_of
     cluster_id, basis, terms = cluster.pk, prepared.basis, prepared.terms
@@ -193,26 +248,51 @@ def _cluster_lines(
                 )
             )
         pool_amount = prepared.pools.get(currency) or Decimal("0.00")
-        try:
-            parts = pool_split(
+        if frozen is not None:
+            split = frozen[currency]
+            parts = {fact.serial: Decimal(split.parts[str(fact.gpu_id)][1]) for fact, _ in inputs}
+            pool = PoolTerms(split.amount, _weight_of_text(split.total_weight, basis))
+        else:
+            try:
+                parts = pool_split(
+                    period=window,
+                    gpus=[g for _, g in inputs],
+                    pool_amount=pool_amount,
+                    pool_basis=basis,
+                )
+            except ValueError as exc:  # every GPU's weight is zero: nothing to split it by
+                measured = "up time" if basis == PoolBasis.UP_SECONDS else "busy GPU-hours"
+                raise ValidationError(
+                    {
+                        "pool": f"The {currency} {pool_amount} pool of cluster "
+                        f"{prepared.cluster} in {period} cannot be split: no GPU of the cluster "
+                        f"has any {measured} in the period to split it by. Correct or remove "
+                        "the pool entry."
+                    }
+                ) from exc
+            # What each GPU's part was split from, frozen to show as its lines' terms.
+            pool = pool_terms(
                 period=window,
                 gpus=[g for _, g in inputs],
                 pool_amount=pool_amount,
                 pool_basis=basis,
             )
-        except ValueError as exc:  # every GPU's weight is zero: nothing to split the pool by
-            raise ValidationError(
-                {
-                    "pool": f"The {currency} {pool_amount} pool of cluster {prepared.cluster} "
-                    f"in {period} cannot be split: no GPU of the cluster has any "
-                    f"{'up time' if basis == PoolBasis.UP_SECONDS else 'busy GPU-hours'} in "
-                    "the period to split it by. Correct or remove the pool entry."
-                }
-            ) from exc
-        # What each GPU's part was split from, frozen to show as its lines' terms.
-        pool = pool_terms(
-            period=window, gpus=[g for _, g in inputs], pool_amount=pool_amount, pool_basis=basis
-        )
+            if splits is not None:
+                splits.append(
+                    PoolSplit(
+                        period_id=period.pk,
+                        cluster_id=cluster_id,
+                        currency=currency,
+                        pool_basis=str(basis),
+                        amount=pool_amount,
+                        total_weight=str(pool.total_weight),
+                        parts={
+                            str(fact.gpu_id): [gpu_weight(gpu, window, basis), str(parts[gpu.key])]
+                            for fact, gpu in inputs
+                        },
+                        computed_at=timezone.now(),
+                    )
+                )
         for fact, gpu in inputs:
             if not gpu.ownership:
                 continue  # no owner billed in this currency: the operator's alone
@@ -253,12 +333,73 @@ def _cluster_lines(
                 drafts[owner, currency].gpus.append(frozen_gpu)
 
 
+def gpu_weight(gpu: GpuInputs, window: Interval, basis: PoolBasis) -> str:
+    """A GPU's weight in its cluster's pool split, as the split is frozen: its up seconds,
+    or its busy seconds (``pool_terms`` sums these)."""
+    measure = gpu.timeline.measure(window)
+    return str(measure.up_s if basis is PoolBasis.UP_SECONDS else measure.busy_s)
+
+
+def _weight_of_text(text: str, basis: PoolBasis) -> Decimal | int:
+    return int(text) if basis is PoolBasis.UP_SECONDS else Decimal(text)
+
+
+def _frozen_splits(
+    period: Period,
+    window: Interval,
+    prepared: ClusterFacts,
+    usage: dict[uuid.UUID, CellUsage],
+    splits: dict[tuple[uuid.UUID, str], PoolSplit],
+) -> dict[str, PoolSplit]:
+    """The cluster's frozen split per currency, after checking that it still holds for the
+    GPUs of ``prepared``: the same currencies, pool amounts and basis, the same GPUs in the
+    cluster, and each of these GPUs weighing what it weighed. (Another GPU's weight is taken
+    as the run froze it: the other owners' drafts were written with the same split.)"""
+    cluster, basis = prepared.cluster, prepared.basis
+    frozen = {c: split for (cluster_id, c), split in splits.items() if cluster_id == cluster.pk}
+    why = ""
+    if not frozen:
+        why = "no whole run of the close has split its pool since the close started"
+    elif sorted(frozen) != prepared.currencies:
+        why = "its owners are billed in other currencies now"
+    else:
+        gpus = {str(g) for g in prepared.gpu_ids}
+        for currency, split in sorted(frozen.items()):
+            amount = prepared.pools.get(currency) or Decimal("0.00")
+            if split.amount != amount:
+                why = f"its {currency} pool is {amount} now, split as {split.amount}"
+            elif split.pool_basis != str(basis):
+                why = f"its pool basis is {basis} now, split by {split.pool_basis}"
+            elif set(split.parts) != gpus:
+                why = "other GPUs were placed in it in the period since"
+            else:
+                for fact in prepared.facts:
+                    gpu = GpuInputs(key=fact.serial, timeline=usage[fact.gpu_id], ownership=[])
+                    now = gpu_weight(gpu, window, basis)
+                    then = split.parts[str(fact.gpu_id)][0]
+                    if now != then:
+                        why = f"GPU {fact.serial} weighs {now} now, split as weighing {then}"
+                        break
+            if why:
+                break
+    if why:
+        raise ValidationError(
+            {
+                "period": f"The pool split of cluster {cluster} in {period} no longer holds "
+                f"for these drafts ({why}); recompute the whole period instead."
+            }
+        )
+    return frozen
+
+
 def statements_compute(
     *,
     period: Period,
     disclosure: Disclosure,
     owner_ids: Collection[str] | None = None,
     until: datetime | None = None,
+    reuse_split: bool = False,
+    splits: list[PoolSplit] | None = None,
 ) -> dict[StatementKey, Draft]:
     """Every statement the period should have, with frozen inputs, content and hash.
 
@@ -268,9 +409,16 @@ def statements_compute(
     preliminary, period-to-date draft: figures so far, the hosting fee still pro-rated over
     the whole period's seconds; its content is not a statement's and is never stored.
     ``period`` may be unsaved (a month no one has opened yet: no pool, no adjustments).
+
+    ``reuse_split`` (with ``owner_ids``, for a whole period): only these owners' GPUs are
+    loaded and measured, and each one's part of its cluster's pool is taken from the split the
+    period's last whole run froze (``PoolSplit``); a ``ValidationError`` says which cluster's
+    split no longer holds. ``splits`` (a whole run): each cluster's split is added to it.
     """
+    if reuse_split and (owner_ids is None or until is not None):
+        raise ValueError("reuse_split recomputes some owners' drafts of a whole period")
     with collector_paused():
-        return _statements_compute(period, disclosure, owner_ids, until)
+        return _statements_compute(period, disclosure, owner_ids, until, reuse_split, splits)
 
 
 def _statements_compute(
@@ -278,16 +426,25 @@ def _statements_compute(
     disclosure: Disclosure,
     owner_ids: Collection[str] | None,
     until: datetime | None,
+    reuse_split: bool,
+    splits: list[PoolSplit] | None,
 ) -> dict[StatementKey, Draft]:
     window = Interval(period.start, period.end if until is None else min(until, period.end))
     drafts: dict[StatementKey, Draft] = {}
+    frozen: dict[tuple[uuid.UUID, str], PoolSplit] = {}
+    if reuse_split:
+        frozen = {(s.cluster_id, s.currency): s for s in PoolSplit.objects.filter(period=period)}
+    held_by = owner_ids if reuse_split else None
     # The whole fleet's rollups summed per day, on a second connection while the facts load
     # and the cells are cut (outside a transaction only; for a few owners, per cell instead).
     day_sums = DaySums.start(window) if owner_ids is None else None
     try:
         prepared = [
             p
-            for p in (cluster_facts(period, window, c) for c in clusters_in(window, owner_ids))
+            for p in (
+                cluster_facts(period, window, c, held_by=held_by)
+                for c in clusters_in(window, owner_ids)
+            )
             if p is not None
         ]
         # One pass over the rollups for every cluster (per cluster, each would scan them again).
@@ -299,10 +456,14 @@ def _statements_compute(
         if day_sums is not None:
             day_sums.wait()
     for p, usage in zip(prepared, usages, strict=True):
-        _cluster_lines(period, window, p, usage, drafts)
+        split = _frozen_splits(period, window, p, usage, frozen) if reuse_split else None
+        kept = splits if owner_ids is None and until is None else None
+        _cluster_lines(period, window, p, usage, drafts, frozen=split, splits=kept)
 
+    # Only the wanted owners' rows, where some are wanted (the others' are dropped below).
+    mine = Q() if owner_ids is None else Q(owner_id__in=list(owner_ids))
     adjustments: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
-    for adj in Adjustment.objects.filter(period_id=period.pk).order_by("created_at", "id"):
+    for adj in Adjustment.objects.filter(mine, period_id=period.pk).order_by("created_at", "id"):
         adjustments[str(adj.owner_id), adj.currency].append(
             {
                 "id": adj.pk,
@@ -317,7 +478,7 @@ def _statements_compute(
         )
     payouts: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
     for payout in Payout.objects.filter(
-        paid_on__gte=window.start.date(), paid_on__lt=window.end.date()
+        mine, paid_on__gte=window.start.date(), paid_on__lt=window.end.date()
     ).order_by("paid_on", "reference"):
         payouts[str(payout.owner_id), payout.currency].append(
             {
@@ -328,7 +489,9 @@ def _statements_compute(
         )
     openings: dict[StatementKey, tuple[Decimal, str]] = {}
     latest = (
-        Statement.objects.filter(status=Statement.Status.PUBLISHED, period__start__lt=period.start)
+        Statement.objects.filter(
+            mine, status=Statement.Status.PUBLISHED, period__start__lt=period.start
+        )
         .order_by("owner_id", "currency", "-period__start")
         .distinct("owner_id", "currency")
         .values_list("owner_id", "currency", "closing_balance", "id")
