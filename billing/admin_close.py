@@ -10,6 +10,7 @@ console.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -25,7 +27,7 @@ from django.utils import timezone
 
 from accounts.admin_site import utc
 from accounts.admin_toolkit import all_or_none, error_text
-from accounts.models import User
+from accounts.models import Owner, User
 from billing.models import Period, Statement
 from billing.selectors import close as close_selectors
 from billing.selectors.close import period_statements
@@ -42,7 +44,7 @@ STATE_LABELS = {
     LATER: "Not yet",
 }
 # Actions of the page: who may run them.
-CLOSE_ACTIONS = {"start", "recompute", "finish"}
+CLOSE_ACTIONS = {"start", "recompute", "recompute_owner", "finish"}
 PUBLISH_ACTIONS = {"request", "approve"}
 
 
@@ -164,6 +166,11 @@ def close_steps(*, period: Period, user: Any, now: datetime) -> dict[str, Any]:
             "Each owner's net (GPU lines plus adjustments) against "
             + (f"{previous}." if previous is not None else "no earlier period.")
         )
+        if closing_now and may_close:
+            compared.note(
+                "After correcting one owner's holdings or account, recompute that owner's "
+                "drafts alone: each pool stays split as the last whole run split it."
+            )
     else:
         compared.note("Shown once the drafts are computed.")
 
@@ -216,6 +223,8 @@ def close_steps(*, period: Period, user: Any, now: datetime) -> dict[str, Any]:
         "steps": steps,
         "inputs": inputs,
         "changes": changes,
+        # One owner's drafts recomputed from the table (``owner_statements_recompute``).
+        "may_redraft": closing_now and may_close,
         "previous": previous,
         "history": period_history(period=period),
     }
@@ -321,6 +330,15 @@ def close_action(
         elif action == "recompute":
             run = closing.period_close_run(period=period, by=user, reason=reason)
             done = f"Recomputed: {run.written} draft(s) written, {run.unchanged} unchanged."
+        elif action == "recompute_owner":
+            owner = _owner_of(statements, request.POST.get("owner", ""))
+            run = closing.owner_statements_recompute(
+                period=period, owner=owner, by=user, reason=reason
+            )
+            done = (
+                f"Recomputed the drafts of {owner}: {run.written} written, "
+                f"{run.unchanged} unchanged."
+            )
         elif action == "finish":
             closing.period_close_finish(period=period, by=user, reason=reason)
             done = f"{period} is closed."
@@ -342,6 +360,17 @@ def close_action(
         admin_.message_user(request, error_text(error) + undone, messages.ERROR)
     else:
         admin_.message_user(request, done, messages.SUCCESS)
+
+
+def _owner_of(statements: QuerySet[Statement], owner_id: str) -> Owner:
+    """The owner of one of the period's statements, by id; a refusal for anything else."""
+    try:
+        found = statements.filter(owner_id=uuid.UUID(owner_id)).first()
+    except ValueError:
+        found = None
+    if found is None:
+        raise ValidationError({"owner": "Choose an owner with a statement in this period."})
+    return found.owner
 
 
 def close_view(admin_: ModelAdmin[Period], request: HttpRequest, object_id: str) -> HttpResponse:

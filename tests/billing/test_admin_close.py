@@ -325,3 +325,51 @@ def test_an_earlier_period_not_closed_blocks_the_start_and_links_to_the_periods(
     assert "Close February 2026 first: balances carry forward in order." in start
     assert '<a href="/admin/billing/period/">Periods</a>' in start
     assert Period.objects.get(pk=february.pk).status == Period.Status.OPEN
+
+
+def test_one_owners_drafts_are_recomputed_from_the_table_of_changes(world, oscar):
+    client = console_login(Client(), oscar)
+    march = world["march"]
+    client.post(_url(march), {"action": "start"})
+    page = _page(client, march)
+    changes = _step(page, "changes")
+    assert "each pool stays split as the last whole run split it" in changes
+    assert 'aria-label="Recompute the drafts of Alice Compute Ltd"' in page
+    response = client.post(
+        _url(march),
+        {"action": "recompute_owner", "owner": str(world["alice"].pk), "reason": "Checked"},
+        follow=True,
+    )
+    assert "Recomputed the drafts of Alice Compute Ltd: 0 written, 1 unchanged." in (
+        response.content.decode()
+    )
+    entry = AuditEntry.objects.get(action="billing.owner.recompute")
+    assert (entry.actor, entry.reason, (entry.after or {})["owner_ids"]) == (
+        oscar,
+        "Checked",
+        [str(world["alice"].pk)],
+    )
+    for owner in ("not-a-uuid", str(world["fleet"].cluster.pk)):
+        refused = client.post(
+            _url(march), {"action": "recompute_owner", "owner": owner}, follow=True
+        )
+        assert "Choose an owner with a statement in this period." in refused.content.decode()
+    assert AuditEntry.objects.filter(action="billing.owner.recompute").count() == 1
+
+
+def test_no_recompute_buttons_for_an_operator_who_may_not_close(world, oscar):
+    closing.period_close(period=world["march"], by=oscar)
+    reader = accounts.user_create(email="rita@steward.example", password=PASSWORD, is_staff=True)
+    reader.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="billing", codename__in=["view_period", "view_statement"]
+        )
+    )
+    client = console_login(Client(), reader)
+    page = _page(client, world["march"])
+    assert 'value="recompute_owner"' not in page
+    refused = client.post(
+        _url(world["march"]),
+        {"action": "recompute_owner", "owner": str(world["alice"].pk)},
+    )
+    assert refused.status_code == 403

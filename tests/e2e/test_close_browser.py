@@ -72,4 +72,11 @@ def test_an_operator_walks_the_close(page, screenshot, oscar, width):
     axe_check(page, f"guided close, closing period, {width} px")
     entry = AuditEntry.objects.get(action="billing.period.close_start")
     assert (entry.actor, entry.reason) == (oscar, "Month end")
+
+    # One owner's drafts, from the table of changes.
+    table.get_by_role("button", name="Recompute the drafts of Alice Compute Ltd").click()
+    page.get_by_text(
+        "Recomputed the drafts of Alice Compute Ltd: 0 written, 1 unchanged."
+    ).wait_for()
+    assert AuditEntry.objects.filter(action="billing.owner.recompute").count() == 1
     assert page.problems == [], page.problems
