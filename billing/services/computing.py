@@ -107,8 +107,6 @@ class ClusterFacts:
     currencies: list[str]
     terms: dict[str, list[RateTerms]]
     cuts: set[datetime]
-    # Every GPU placed in the cluster in the window (``facts`` may be only some of them).
-    gpu_ids: list[uuid.UUID] = field(default_factory=list)
 
 
 def day_boundaries(window: Interval) -> set[datetime]:
@@ -121,37 +119,53 @@ def day_boundaries(window: Interval) -> set[datetime]:
     return cuts
 
 
-def cluster_facts(
-    period: Period,
-    window: Interval,
-    cluster_id: uuid.UUID,
-    *,
-    held_by: Collection[str] | None = None,
-) -> ClusterFacts | None:
-    """What the cluster's lines are computed from. With ``held_by``, the facts of only the
-    GPUs these owners held a share of in the window; the currencies (and so the rate cards
-    that cut every GPU's cells) are still those of all the cluster's holders."""
-    all_ids = cluster_gpu_ids(cluster_id=cluster_id, start=window.start, end=window.end)
-    ids = all_ids if held_by is None else _held_among(all_ids, held_by, window)
+def cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> ClusterFacts | None:
+    ids = cluster_gpu_ids(cluster_id=cluster_id, start=window.start, end=window.end)
     if not ids:
         return None
     facts = gpu_facts(gpu_ids=ids, start=window.start, end=window.end, cluster_id=cluster_id)
-    holders = {owner for f in facts for owner in f.owner_ids()}
-    currency_of = {
-        str(pk): currency
-        for pk, currency in Owner.objects.filter(pk__in=holders).values_list(
-            "pk", "billing_currency"
-        )
-    }
+    currency_of = _currencies_of(facts)
     pools = dict(
         PoolRevenue.objects.filter(cluster_id=cluster_id, period_id=period.pk)
         .values_list("currency")
         .annotate(total=Sum("amount"))
         .order_by()
     )
-    basis = pool_basis_in_force(cluster_id=cluster_id, at=period.start)
-    cluster = Cluster.objects.get(pk=cluster_id)
+    return _prepared(
+        period,
+        window,
+        Cluster.objects.get(pk=cluster_id),
+        facts,
+        currency_of,
+        pools,
+        basis=pool_basis_in_force(cluster_id=cluster_id, at=period.start),
+        currencies=sorted(set(currency_of.values())),
+    )
 
+
+def _currencies_of(facts: Collection[GpuFacts]) -> dict[str, str]:
+    """Each holder of these GPUs (owner id as text) → the currency they are billed in."""
+    holders = {owner for f in facts for owner in f.owner_ids()}
+    return {
+        str(pk): currency
+        for pk, currency in Owner.objects.filter(pk__in=holders).values_list(
+            "pk", "billing_currency"
+        )
+    }
+
+
+def _prepared(
+    period: Period,
+    window: Interval,
+    cluster: Cluster,
+    facts: list[GpuFacts],
+    currency_of: dict[str, str],
+    pools: dict[str, Decimal],
+    *,
+    basis: PoolBasis,
+    currencies: list[str],
+) -> ClusterFacts:
+    """The cluster's facts checked (no revenue lost to a currency) and cut."""
     # Revenue in a currency some holder of the GPU is not billed in would be lost to them.
     for fact in facts:
         revenue_currencies = {c for c, _ in fact.rentals} | {c for c, a in pools.items() if a}
@@ -168,45 +182,80 @@ def cluster_facts(
                     }
                 )
 
-    currencies = sorted(
-        set(currency_of.values()) if held_by is None else _holders_currencies(all_ids, window)
-    )
     terms = {
-        c: rate_terms(cluster_id=cluster_id, currency=c, start=window.start, end=window.end)
+        c: rate_terms(cluster_id=cluster.pk, currency=c, start=window.start, end=window.end)
         for c in currencies
     }
     cuts = set().union(*(rate_boundaries(t, window) for t in terms.values())) if terms else set()
     # Cells also end at every UTC midnight, so a statement's frozen inputs answer for each day
     # (the daily series of its report). Midnights are hour boundaries: the figures are unchanged.
     cuts |= day_boundaries(window)
-    return ClusterFacts(
-        cluster, facts, currency_of, pools, basis, currencies, terms, cuts, list(all_ids)
-    )
+    return ClusterFacts(cluster, facts, currency_of, pools, basis, currencies, terms, cuts)
 
 
-def _holding(gpu_ids: Collection[uuid.UUID], window: Interval) -> Any:
-    """Shares of these GPUs held at some time in the window (a fact's ownership slices)."""
-    return Ownership.objects.filter(gpu_id__in=list(gpu_ids), valid_from__lt=window.end).filter(
-        Q(valid_to__isnull=True) | Q(valid_to__gt=window.start)
-    )
-
-
-def _held_among(
-    gpu_ids: Collection[uuid.UUID], owner_ids: Collection[str], window: Interval
-) -> list[uuid.UUID]:
-    held = set(
-        _holding(gpu_ids, window)
-        .filter(owner_id__in=list(owner_ids))
-        .values_list("gpu_id", flat=True)
-    )
-    return [g for g in gpu_ids if g in held]
-
-
-def _holders_currencies(gpu_ids: Collection[uuid.UUID], window: Interval) -> set[str]:
-    """The currencies every holder of these GPUs in the window is billed in."""
-    return set(
-        _holding(gpu_ids, window).values_list("owner__billing_currency", flat=True).distinct()
-    )
+def _redraft_facts(
+    period: Period,
+    window: Interval,
+    owner_ids: Collection[str],
+    splits: dict[tuple[uuid.UUID, str], PoolSplit],
+) -> list[ClusterFacts]:
+    """``cluster_facts`` for redrafting these owners with the frozen splits: of each cluster
+    where they held a GPU, only the GPUs they held, in a few queries for all the clusters.
+    The currencies (whose rate cards cut every GPU's cells) and the pool basis are the
+    split's: those the whole run cut the cluster's cells by (a basis cannot change while a
+    period is closing, nor a rate card or pool reaching it)."""
+    held = Ownership.objects.filter(
+        gpu_id=OuterRef("gpu_id"), owner_id__in=list(owner_ids), valid_from__lt=window.end
+    ).filter(Q(valid_to__isnull=True) | Q(valid_to__gt=window.start))
+    gpus_in: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+    for cluster_id, gpu_id in (
+        Placement.objects.filter(valid_from__lt=window.end)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=window.start))
+        .filter(Exists(held))
+        .values_list("node__cluster_id", "gpu_id")
+        .distinct()
+        .order_by("node__cluster_id", "gpu_id")
+    ):
+        gpus_in[cluster_id].append(gpu_id)
+    clusters = Cluster.objects.in_bulk(list(gpus_in))
+    pools: dict[uuid.UUID, dict[str, Decimal]] = defaultdict(dict)
+    for cluster_id, currency, total in (
+        PoolRevenue.objects.filter(cluster_id__in=list(gpus_in), period_id=period.pk)
+        .values_list("cluster_id", "currency")
+        .annotate(total=Sum("amount"))
+        .order_by()
+    ):
+        pools[cluster_id][currency] = total
+    facts = {
+        cluster_id: gpu_facts(
+            gpu_ids=ids, start=window.start, end=window.end, cluster_id=cluster_id
+        )
+        for cluster_id, ids in gpus_in.items()
+    }
+    currency_of = _currencies_of([f for listed in facts.values() for f in listed])
+    prepared = []
+    for cluster_id in sorted(gpus_in):
+        cluster = clusters[cluster_id]
+        frozen = sorted((c, split) for (c_id, c), split in splits.items() if c_id == cluster_id)
+        if not frozen:
+            raise _split_refusal(
+                cluster,
+                period,
+                "no whole run of the close has split its pool since the close started",
+            )
+        prepared.append(
+            _prepared(
+                period,
+                window,
+                cluster,
+                facts[cluster_id],
+                {o: currency_of[o] for f in facts[cluster_id] for o in f.owner_ids()},
+                pools[cluster_id],
+                basis=PoolBasis(frozen[0][1].pool_basis),
+                currencies=[c for c, _ in frozen],
+            )
+        )
+    return prepared
 
 
 def _cluster_lines(
@@ -352,44 +401,44 @@ def _frozen_splits(
     splits: dict[tuple[uuid.UUID, str], PoolSplit],
 ) -> dict[str, PoolSplit]:
     """The cluster's frozen split per currency, after checking that it still holds for the
-    GPUs of ``prepared``: the same currencies, pool amounts and basis, the same GPUs in the
-    cluster, and each of these GPUs weighing what it weighed. (Another GPU's weight is taken
-    as the run froze it: the other owners' drafts were written with the same split.)"""
+    GPUs of ``prepared``: their holders billed in the split's currencies, the same pool
+    amounts, and each GPU in the split, weighing what it weighed. (Another GPU is taken as
+    the run froze it: the other owners' drafts were written with the same split.)"""
     cluster, basis = prepared.cluster, prepared.basis
     frozen = {c: split for (cluster_id, c), split in splits.items() if cluster_id == cluster.pk}
-    why = ""
-    if not frozen:
-        why = "no whole run of the close has split its pool since the close started"
-    elif sorted(frozen) != prepared.currencies:
-        why = "its owners are billed in other currencies now"
-    else:
-        gpus = {str(g) for g in prepared.gpu_ids}
-        for currency, split in sorted(frozen.items()):
-            amount = prepared.pools.get(currency) or Decimal("0.00")
-            if split.amount != amount:
-                why = f"its {currency} pool is {amount} now, split as {split.amount}"
-            elif split.pool_basis != str(basis):
-                why = f"its pool basis is {basis} now, split by {split.pool_basis}"
-            elif set(split.parts) != gpus:
-                why = "other GPUs were placed in it in the period since"
-            else:
-                for fact in prepared.facts:
-                    gpu = GpuInputs(key=fact.serial, timeline=usage[fact.gpu_id], ownership=[])
-                    now = gpu_weight(gpu, window, basis)
-                    then = split.parts[str(fact.gpu_id)][0]
-                    if now != then:
-                        why = f"GPU {fact.serial} weighs {now} now, split as weighing {then}"
-                        break
-            if why:
-                break
-    if why:
-        raise ValidationError(
-            {
-                "period": f"The pool split of cluster {cluster} in {period} no longer holds "
-                f"for these drafts ({why}); recompute the whole period instead."
-            }
-        )
+    billed = sorted(set(prepared.currency_of.values()) - set(frozen))
+    if billed:
+        raise _split_refusal(cluster, period, f"one of its owners is billed in {billed[0]} now")
+    for currency, split in sorted(frozen.items()):
+        amount = prepared.pools.get(currency) or Decimal("0.00")
+        if split.amount != amount:
+            raise _split_refusal(
+                cluster, period, f"its {currency} pool is {amount} now, split as {split.amount}"
+            )
+        for fact in prepared.facts:
+            then = split.parts.get(str(fact.gpu_id))
+            if then is None:
+                raise _split_refusal(
+                    cluster, period, f"GPU {fact.serial} was not in it when the pool was split"
+                )
+            gpu = GpuInputs(key=fact.serial, timeline=usage[fact.gpu_id], ownership=[])
+            now = gpu_weight(gpu, window, basis)
+            if now != then[0]:
+                raise _split_refusal(
+                    cluster,
+                    period,
+                    f"GPU {fact.serial} weighs {now} now, split as weighing {then[0]}",
+                )
     return frozen
+
+
+def _split_refusal(cluster: Cluster, period: Period, why: str) -> ValidationError:
+    return ValidationError(
+        {
+            "period": f"The pool split of cluster {cluster} in {period} no longer holds for "
+            f"these drafts ({why}); recompute the whole period instead."
+        }
+    )
 
 
 def statements_compute(
@@ -434,19 +483,18 @@ def _statements_compute(
     frozen: dict[tuple[uuid.UUID, str], PoolSplit] = {}
     if reuse_split:
         frozen = {(s.cluster_id, s.currency): s for s in PoolSplit.objects.filter(period=period)}
-    held_by = owner_ids if reuse_split else None
     # The whole fleet's rollups summed per day, on a second connection while the facts load
     # and the cells are cut (outside a transaction only; for a few owners, per cell instead).
     day_sums = DaySums.start(window) if owner_ids is None else None
     try:
-        prepared = [
-            p
-            for p in (
-                cluster_facts(period, window, c, held_by=held_by)
-                for c in clusters_in(window, owner_ids)
-            )
-            if p is not None
-        ]
+        if reuse_split and owner_ids is not None:
+            prepared = _redraft_facts(period, window, owner_ids, frozen)
+        else:
+            prepared = [
+                p
+                for p in (cluster_facts(period, window, c) for c in clusters_in(window, owner_ids))
+                if p is not None
+            ]
         # One pass over the rollups for every cluster (per cluster, each would scan them again).
         usages = cells_load_many(
             groups=[(p.facts, {f.gpu_id: p.cuts for f in p.facts}) for p in prepared],

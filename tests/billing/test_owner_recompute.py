@@ -10,7 +10,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from accounts.models import AuditEntry
+from accounts.models import AuditEntry, Owner
 from billing.models import PoolRevenue, PoolSplit, Statement
 from billing.services.closing import (
     owner_statements_recompute,
@@ -188,6 +188,8 @@ def test_another_owners_gpu_keeps_the_weight_the_run_froze(closing, oscar):
         ("alice_gpu_up", "GPU SN-1 weighs 21600 now, split as weighing 18000"),
         ("pool", "its EUR pool is 1100.00 now, split as 1000.00"),
         ("no_split", "no whole run of the close has split its pool since the close started"),
+        ("not_split", "GPU SN-1 was not in it when the pool was split"),
+        ("billed", "one of its owners is billed in USD now"),
     ],
 )
 def test_a_split_that_no_longer_holds_is_refused_and_nothing_changes(closing, oscar, change, why):
@@ -199,6 +201,14 @@ def test_a_split_that_no_longer_holds_is_refused_and_nothing_changes(closing, os
     elif change == "pool":
         # Data-level: the services refuse a pool entered while the period is closing.
         PoolRevenue.objects.filter(period=period, currency="EUR").update(amount=D("1100.00"))
+    elif change == "not_split":
+        split = PoolSplit.objects.get(period=period)
+        del split.parts[str(closing["gpus"][0].pk)]
+        split.save()
+    elif change == "billed":  # Bob, co-owner of SN-2 with Alice, billed in USD (no pool)
+        PoolRevenue.objects.filter(period=period).delete()
+        PoolSplit.objects.filter(period=period).update(amount=D("0.00"))
+        Owner.objects.filter(pk=closing["bob"].pk).update(billing_currency="USD")
     else:
         PoolSplit.objects.filter(period=period).delete()
     before = _stored(period)
