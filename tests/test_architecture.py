@@ -59,6 +59,7 @@ def test_no_app_imports_another_apps_private_modules_or_names():
 SQL_ACROSS_APPS = {
     # Billing reads telemetry's rollups and windows in the statements' one read path,
     # joined with its own facts (docs/accounting.md: what a statement is computed from).
+    ("billing/selectors/usage.py", "telemetry_dailyrollup"),
     ("billing/selectors/usage.py", "telemetry_hourlyrollup"),
     ("billing/selectors/usage.py", "telemetry_window"),
     # Telemetry attributes windows and events to the GPU placed in the node's slot then, in

@@ -11,6 +11,7 @@ from telemetry.models.ingest import (
     RejectedRecord,
 )
 from telemetry.models.series import (
+    DailyRollup,
     GpuState,
     GpuStateTransition,
     HourlyRollup,
@@ -23,6 +24,7 @@ __all__ = [
     "BatchBody",
     "BatchStatus",
     "BootstrapToken",
+    "DailyRollup",
     "GpuState",
     "GpuStateTransition",
     "HourlyRollup",
