@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from billing.engine.intervals import Interval
@@ -129,10 +130,29 @@ class CellUsage:
     cells: Sequence[Cell]
     _starts: list[datetime] = field(init=False, repr=False)
     _measured: dict[Interval, Measure] = field(init=False, repr=False, default_factory=dict)
+    # Only for plain cells (``of_sorted``): the seconds of the cells before each, summed.
+    _plain: Sequence[int] | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         self.cells = sorted(self.cells, key=lambda c: c.interval.start)
         self._starts = [c.interval.start for c in self.cells]
+
+    @classmethod
+    def of_sorted(
+        cls, cells: list[Cell], *, plain_seconds: Sequence[int] | None = None
+    ) -> CellUsage:
+        """The same for cells already in time order (a close's ~310k: no sort, no key call).
+
+        ``plain_seconds``: every cell is plain — in service, no maintenance, incident or
+        operator incident, no partial hour (most GPUs of a close) — and these are the seconds
+        of the cells before each (``[0, s0, s0 + s1, …]``, shared by every GPU cut alike):
+        a measure is then a few sums taken in C (``_plain_measure``)."""
+        usage = cls.__new__(cls)
+        usage.cells = cells
+        usage._starts = [c[0][0] for c in cells]
+        usage._measured = {}
+        usage._plain = plain_seconds
+        return usage
 
     @property
     def span(self) -> Interval:
@@ -145,13 +165,16 @@ class CellUsage:
 
     def _measure(self, window: Interval) -> Measure:
         first = bisect.bisect_left(self._starts, window.start)
-        chosen = self.cells[first : bisect.bisect_left(self._starts, window.end, first)]
+        last = bisect.bisect_left(self._starts, window.end, first)
+        chosen = self.cells[first:last]
         if (
             not chosen
             or chosen[0].interval.start != window.start
             or chosen[-1].interval.end != window.end
         ):
             raise ValueError(f"{window} does not start and end on cell boundaries")
+        if self._plain is not None:
+            return _plain_measure(chosen, self._plain[last] - self._plain[first])
         in_service = maintenance = down = up = operator = telemetry_down = 0
         busy_whole = Decimal(0)
         energy_whole = Decimal(0)
@@ -213,6 +236,30 @@ class CellUsage:
             operator_incident_s=operator,
             down_without_incident_s=telemetry_down,
         )
+
+
+_UP, _DOWN, _BUSY, _ENERGY = (itemgetter(i) for i in (5, 6, 7, 8))
+
+
+def _plain_measure(cells: Sequence[Cell], in_service: int) -> Measure:
+    """``CellUsage._measure`` of plain cells (see ``of_sorted``), ``in_service`` being their
+    seconds: every second is in service, up, down or no data, and the sums are taken in C —
+    the same additions in the same order as the loop (a Decimal sum's exponent follows them)."""
+    up = sum(map(_UP, cells))
+    down = sum(map(_DOWN, cells))
+    busy = sum(map(_BUSY, cells), Decimal(0)) + Decimal(0)
+    energy = sum(map(_ENERGY, cells), Decimal(0)) + Decimal(0)
+    return Measure(
+        in_service_s=in_service,
+        maintenance_s=0,
+        down_s=down,
+        up_s=up,
+        no_data_s=in_service - down - up,
+        busy_s=busy / 100,
+        energy_kwh=energy,
+        operator_incident_s=0,
+        down_without_incident_s=down,
+    )
 
 
 # Cached: a close writes the same instants (midnights, cuts) for every GPU.

@@ -2,8 +2,10 @@
 
 ``cells_load`` cuts each GPU's range into cells (see ``billing.engine.cells``) and lets
 PostgreSQL aggregate them in two set-wise queries: hourly rollups for the whole hours inside a
-cell, windows for the partial hours at its ends. ``timeline_load`` reads the raw minutes into
-``GpuTimeline``, the reference implementation; both give identical measures (tested).
+cell, windows for the partial hours at its ends (a cell that is one whole UTC day, as a close
+cuts most of them, reads that day's row of the daily rollups instead). ``timeline_load`` reads
+the raw minutes into ``GpuTimeline``, the reference implementation; both give identical
+measures (tested).
 
 A window's energy is its counter's increase over the GPU's previous reading (rule 6 of
 docs/accounting.md: in its hour, else in the two days before, else across a silence), or its
@@ -137,18 +139,17 @@ _ROLLUP_COMMON_HOURS_FEW_GPUS = _ROLLUP_COMMON_HOURS.replace(
 FEW_COMMON_GPUS = 1_000
 
 # Whole UTC days (the close cuts every GPU's period at each midnight, so most of its cells are
-# one whole day of hours): one aggregate per day, ``GROUP BY gpu_id`` over that day's rows of
-# the hour index, all days in one ``UNION ALL`` that PostgreSQL runs as a parallel append —
-# about the cost of the plain aggregate over the same hours. (One ``GROUP BY gpu_id, day``
-# over the range keeps every GPU-day's numeric sums in one hash table, ~3 × as costly; the
-# range join of the cells in a temp table runs in one process, ~6 ×.) The cells then take
-# their day's sums in Python and never go into the temp table.
-_ROLLUP_DAY = """
-SELECT %s::integer, h.gpu_id::text, sum(h.seconds_up + h.seconds_degraded), sum(h.seconds_down),
-       sum(h.util_gpu_seconds), sum(h.energy_kwh)
-  FROM telemetry_hourlyrollup h
- WHERE h.hour >= %s AND h.hour < %s
- GROUP BY h.gpu_id
+# one whole day of hours): their sums are telemetry's daily rollups, one row per GPU and UTC
+# day that the database keeps equal to the day's hourly rollups summed (telemetry migration
+# 0011) — ~310k rows for a month of 10,000 GPUs, where summing the 7.4M hourly rows per day
+# cost as much as the plain aggregate (docs/scaling.md, goal 4a). The cells then take their
+# day's sums in Python and never go into the temp table. Each day as its offset from the first
+# and each GPU id as text: no date or UUID object made per row.
+_DAILY_SUMS = """
+SELECT d.day - %(first)s::date, d.gpu_id::text, d.seconds_up, d.seconds_down,
+       d.util_gpu_seconds, d.energy_kwh
+  FROM telemetry_dailyrollup d
+ WHERE d.day = ANY(%(days)s::date[])
 """
 # From this many whole-day cells on, and for at most this many days, take the days' sums so.
 DAY_CELLS = 2_000
@@ -165,24 +166,34 @@ TRUNCATE billing_usage_cell, billing_usage_range;
 """
 
 
-class DaySums:
-    """Every GPU's rollups summed per whole UTC day (``_ROLLUP_DAY``), as rows of (day,
-    GPU id as text, up, down, busy, energy).
+# A whole-hours cell's figures after its bounds and flags: (up, down, busy, energy, no partial
+# hours), as ``Cell`` holds them.
+CellTail = tuple[int, int, Decimal, Decimal, tuple[()]]
 
-    ``DaySums.start`` runs the query on a connection of its own, in a thread, while the
-    caller goes on loading facts and cutting cells (the database aggregates while Python
-    works); ``rows()`` waits for it. The rows are the same as from the caller's connection
-    whenever it sees the same committed rollups, so this is only for a caller outside a
-    transaction (``start`` returns None inside one: a thread could not see its writes).
+
+class DaySums:
+    """Every GPU's daily rollups for whole UTC days, as ``by_gpu_day()``: (GPU id as text,
+    day) → (up, down, busy, energy, ()), the tail of that day's cell — up being up and
+    degraded seconds, as the cells count them.
+
+    ``DaySums.start`` reads them on a connection of its own, in a thread, while the caller
+    goes on loading facts and cutting cells; ``by_gpu_day()`` waits for it. The sums are the
+    same as from the caller's connection whenever it sees the same committed rollups, so this
+    is only for a caller outside a transaction (``start`` returns None inside one: a thread
+    could not see its writes). ``DaySums.read`` reads them at once, on the caller's connection.
     """
 
-    def __init__(self, days: Sequence[datetime], *, cursor: Any = None) -> None:
+    def __init__(self, days: Sequence[datetime]) -> None:
         self.days = list(days)
-        self._rows: list[tuple[Any, ...]] = []
+        self._sums: dict[tuple[str, datetime], CellTail] = {}
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        if cursor is not None:
-            self._rows = self._query(cursor)
+
+    @classmethod
+    def read(cls, days: Sequence[datetime]) -> DaySums:
+        sums = cls(days)
+        sums._sums = sums._query()
+        return sums
 
     @classmethod
     def start(cls, window: Interval) -> DaySums | None:
@@ -198,30 +209,29 @@ class DaySums:
         sums._thread.start()
         return sums
 
-    def _query(self, cursor: Any) -> list[tuple[Any, ...]]:
-        cursor.execute(
-            "\nUNION ALL\n".join([_ROLLUP_DAY] * len(self.days)),
-            [value for i, day in enumerate(self.days) for value in (i, day, day + DAY)],
-        )
-        return [(self.days[row[0]], *row[1:]) for row in cursor.fetchall()]
+    def _query(self) -> dict[tuple[str, datetime], CellTail]:
+        first = self.days[0].date()
+        at = {(day.date() - first).days: day for day in self.days}
+        with connection.cursor() as cursor:
+            cursor.execute(_DAILY_SUMS, {"first": first, "days": [day.date() for day in self.days]})
+            return {
+                (gpu_key, at[i]): (up, down, busy, energy, ())
+                for i, gpu_key, up, down, busy, energy in cursor.fetchall()
+            }
 
     def _run(self) -> None:
         try:
-            with connection.cursor() as cursor:  # this thread's own connection
-                # As the caller's connection has it (``cells_load_many``): at the default
-                # 4 MB each day's aggregate of 10,000 GPUs spilled to disk in 5 batches.
-                cursor.execute("SET work_mem = '64MB'")
-                self._rows = self._query(cursor)
-        except BaseException as exc:  # handed to the caller by rows()
+            self._sums = self._query()  # on this thread's own connection
+        except BaseException as exc:  # handed to the caller by by_gpu_day()
             self._error = exc
         finally:
             connection.close()
 
-    def rows(self) -> list[tuple[Any, ...]]:
+    def by_gpu_day(self) -> dict[tuple[str, datetime], CellTail]:
         self.wait()
         if self._error is not None:
             raise self._error
-        return self._rows
+        return self._sums
 
     def wait(self) -> None:
         if self._thread is not None:
@@ -282,6 +292,9 @@ class _Shape:
     heads: list[tuple[Interval, bool, bool, bool, bool]]
     days_at: list[datetime | None]
     no_days: list[None]
+    # Every cell in service, with no maintenance or incident: the seconds of the cells before
+    # each (``CellUsage.of_sorted``'s ``plain_seconds``); else None.
+    plain_seconds: list[int] | None
 
     @classmethod
     def of(
@@ -326,8 +339,19 @@ class _Shape:
         partial_days = any(q[3] for q in queried if q[0] in day_of)
         heads = [(bounds, *flags) for bounds, flags in cells]
         days_at = [day_of.get(i) for i in range(len(cells))]
+        plain = all(flags == (True, False, False, False) for _, flags in cells)
+        seconds = itertools.accumulate((b.seconds for b, _ in cells), initial=0) if plain else None
         return cls(
-            cells, queried, others, days, day_of, partial_days, heads, days_at, [None] * len(cells)
+            cells,
+            queried,
+            others,
+            days,
+            day_of,
+            partial_days,
+            heads,
+            days_at,
+            [None] * len(cells),
+            list(seconds) if seconds is not None else None,
         )
 
 
@@ -406,19 +430,15 @@ def cells_load_many(
     common = spans.most_common(1)[0][0] if spans else None
     cell_rows = [(*row, (row[4], row[5]) == common) for row in cell_rows]
 
-    whole: dict[int, tuple[int, int, Decimal, Decimal, tuple[()]]] = {}
+    whole: dict[int, CellTail] = {}
     pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        # (up, down, busy, energy, no partial hours): the tail of a whole-hours cell.
-        by_gpu_day: dict[tuple[str, datetime], tuple[int, int, Decimal, Decimal, tuple[()]]] = {}
+        by_gpu_day: dict[tuple[str, datetime], CellTail] = {}
         if by_day:
             if day_sums is None or not set(days) <= set(day_sums.days):
-                day_sums = DaySums(days, cursor=cursor)
-            by_gpu_day = {
-                (gpu_key, day): (int(up), int(down), busy, energy, ())
-                for day, gpu_key, up, down, busy, energy in day_sums.rows()
-            }
+                day_sums = DaySums.read(days)
+            by_gpu_day = day_sums.by_gpu_day()
         if cell_rows or range_rows:
             cursor.execute(_TEMP)
             raw = cursor.cursor
@@ -452,12 +472,13 @@ def cells_load_many(
             for idx, hour, up, down, busy, energy in cursor.fetchall():
                 pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
 
-    nothing = (0, 0, Decimal(0), Decimal(0), ())
+    nothing: CellTail = (0, 0, Decimal(0), Decimal(0), ())
     usages: list[dict[uuid.UUID, CellUsage]] = [{} for _ in groups]
     for group, fact, first, shape in shapes:
         gpu_key = str(fact.gpu_id)
         cells: list[Cell] = []
         days_at = shape.days_at if by_day else shape.no_days
+        plain_seconds = shape.plain_seconds  # unless a cell has a partial hour
         for i, head in enumerate(shape.heads):
             idx = first + i
             day = days_at[i]
@@ -481,6 +502,7 @@ def cells_load_many(
                     )
                 else:
                     partial.append(PartialHour(hour, busy, energy_mj_s))
+                    plain_seconds = None
             cells.append(
                 Cell(
                     interval=bounds,
@@ -495,7 +517,8 @@ def cells_load_many(
                     partial=tuple(partial),
                 )
             )
-        usages[group][fact.gpu_id] = CellUsage(cells)
+        # Cut in time order.
+        usages[group][fact.gpu_id] = CellUsage.of_sorted(cells, plain_seconds=plain_seconds)
     return usages
 
 

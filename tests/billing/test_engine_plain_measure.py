@@ -1,0 +1,72 @@
+"""A GPU whose cells are all plain (in service, no maintenance or incident, no partial hour) is
+measured by sums taken in C (``CellUsage.of_sorted(plain_seconds=…)``): the same figures as the
+general loop to the last digit and exponent, over every window of whole cells."""
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from billing.engine.cells import Cell, CellUsage
+from billing.engine.intervals import Interval
+from billing.engine.money import money_context
+
+MARCH = datetime(2026, 3, 1, tzinfo=UTC)
+# As the database hands sums over, odd exponents included (a sum's exponent is part of it).
+DECIMALS = st.one_of(
+    st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=0, max_value=10**9),
+    st.decimals(allow_nan=False, allow_infinity=False, places=9, min_value=0, max_value=10**3),
+    st.sampled_from([Decimal("0E-9"), Decimal("1E+2"), Decimal("0"), Decimal("0.000")]),
+)
+
+
+@st.composite
+def plain_cells(draw) -> list[Cell]:
+    # Cut at midnights, and now and then at an odd instant (a sub-second one too).
+    cuts = {MARCH + timedelta(days=d) for d in range(draw(st.integers(1, 8)) + 1)}
+    cuts |= {
+        MARCH + timedelta(microseconds=draw(st.integers(1, 86_400 * 10**6)))
+        for _ in range(draw(st.integers(0, 3)))
+    }
+    cells = []
+    for start, end in itertools.pairwise(sorted(cuts)):
+        seconds = int((end - start) // timedelta(seconds=1))
+        up = draw(st.integers(0, seconds))
+        cells.append(
+            Cell(
+                Interval(start, end),
+                in_service=True,
+                maintenance=False,
+                incident=False,
+                operator_incident=False,
+                telemetry_up_s=up,
+                telemetry_down_s=draw(st.integers(0, seconds - up)),
+                whole_busy_pct_s=draw(DECIMALS),
+                whole_energy_kwh=draw(DECIMALS),
+            )
+        )
+    return cells
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain_cells(), st.booleans())
+def test_plain_cells_measure_as_the_loop_does(cells, in_money_context):
+    seconds = list(itertools.accumulate((c.interval.seconds for c in cells), initial=0))
+    fast = CellUsage.of_sorted(cells, plain_seconds=seconds)
+    loop = CellUsage(cells)
+    assert fast.cells == loop.cells
+    with money_context() if in_money_context else _nothing():
+        for i, j in itertools.combinations(range(len(cells) + 1), 2):
+            window = Interval(cells[i].interval.start, cells[j - 1].interval.end)
+            # repr: Decimal's equality ignores the exponent, its text does not.
+            assert repr(fast.measure(window)) == repr(loop.measure(window)), window
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
