@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -169,94 +169,141 @@ def gpu_facts(
     """Facts for the given GPUs over ``[start, end)``; with ``cluster_id``, in-service time
     only counts while the GPU was placed in that cluster; with ``placed_only``, while it was
     placed in any (as a close counts it: a GPU between placements is on no statement)."""
-    window = Interval(start, end)
-    params: dict[str, Any] = {"gpus": _uuids(gpu_ids), "start": start, "end": end}
-    with connection.cursor() as cursor:
+    rows = _FactRows.load(gpu_ids, start, end)
+    return rows.facts(gpu_ids, cluster_id=cluster_id, placed_only=placed_only)
 
-        def rows(sql: str) -> list[tuple[Any, ...]]:
-            cursor.execute(sql, params)
-            return list(cursor.fetchall())
 
-        serials = dict(rows(_SERIALS))
-        facts = {g: GpuFacts(gpu_id=g, serial=serials[g], range=window) for g in gpu_ids}
-        placements = rows(_PLACEMENTS)
-        transitions = rows(_TRANSITIONS)
-        params["nodes"] = _uuids(p[1] for p in placements)
-        params["clusters"] = _uuids(p[2] for p in placements)
-        params["sites"] = _uuids(p[3] for p in placements)
-        maintenance = rows(_MAINTENANCE)
-        incidents = rows(_INCIDENTS)
-        ownership_rows = rows(_OWNERSHIP)
-        rentals = rows(_RENTALS)
+def gpu_facts_by_cluster(
+    *, gpu_ids: Mapping[uuid.UUID, Sequence[uuid.UUID]], start: datetime, end: datetime
+) -> dict[uuid.UUID, list[GpuFacts]]:
+    """``gpu_facts(…, cluster_id=c)`` for each cluster ``c`` and its GPUs, from one set of
+    queries for all of them (a redraft of one owner with GPUs in many clusters)."""
+    rows = _FactRows.load([g for ids in gpu_ids.values() for g in ids], start, end)
+    return {c: rows.facts(ids, cluster_id=c) for c, ids in gpu_ids.items()}
 
-    by_scope: dict[tuple[str, object], list[tuple[uuid.UUID, Interval]]] = defaultdict(list)
-    in_cluster: dict[uuid.UUID, list[Interval]] = defaultdict(list)
-    for gpu_id, node_id, cluster, site, valid_from, valid_to in placements:
-        placed = _interval(valid_from, valid_to)
-        by_scope["node", node_id].append((gpu_id, placed))
-        by_scope["cluster", cluster].append((gpu_id, placed))
-        by_scope["site", site].append((gpu_id, placed))
-        if cluster == cluster_id:
-            in_cluster[gpu_id].append(placed)
-        for piece in intersect([placed], [window]):
-            facts[gpu_id].placements.append((cluster, piece))
 
-    for gpu_id, grouped in itertools.groupby(transitions, key=lambda r: r[0]):
-        listed = list(grouped)
-        service = [
-            Interval(at, following[1] if following else FAR_FUTURE)
-            for (_, at, state), following in zip(listed, [*listed[1:], None], strict=True)
-            if state == LifecycleState.IN_SERVICE
-        ]
-        if cluster_id is not None:
-            service = intersect(service, in_cluster.get(gpu_id, []))
-        elif placed_only:
-            service = intersect(service, [p for _, p in facts[gpu_id].placements])
-        facts[gpu_id].in_service = intersect(service, [window])
+@dataclass
+class _FactRows:
+    """What the facts of some GPUs are made of, as read in one go."""
 
-    def resolve(
-        scope: tuple[Any, Any, Any, Any], interval: Interval
-    ) -> Iterable[tuple[uuid.UUID, Interval]]:
-        """The GPUs an event scoped to (gpu, node, cluster, site) touched, and when."""
-        gpu, node, cluster, site = scope
-        if gpu is not None:
-            if gpu in facts:
-                yield gpu, interval
-            return
-        if node is not None:
-            key: tuple[str, object] = ("node", node)
-        elif cluster is not None:
-            key = ("cluster", cluster)
-        else:
-            key = ("site", site)
-        for gpu_id, placed in by_scope.get(key, []):
-            for piece in intersect([placed], [interval]):
-                yield gpu_id, piece
+    window: Interval
+    serials: dict[uuid.UUID, str]
+    placements: list[tuple[Any, ...]]
+    transitions: list[tuple[Any, ...]]
+    maintenance: list[tuple[Any, ...]]
+    incidents: list[tuple[Any, ...]]
+    ownership: list[tuple[Any, ...]]
+    rentals: list[tuple[Any, ...]]
 
-    for pk, *scope, title, starts_at, ends_at in maintenance:
-        for gpu_id, piece in resolve(tuple(scope), Interval(starts_at, ends_at)):
-            facts[gpu_id].maintenance.append(piece)
-            _event(facts[gpu_id], "maintenance", pk, title, "", starts_at, ends_at)
-    for pk, *scope, title, cause, started_at, ended_at in incidents:
-        interval = _interval(started_at, ended_at)
-        for gpu_id, piece in resolve(tuple(scope), interval):
-            facts[gpu_id].incidents.append(piece)
-            _event(facts[gpu_id], "incident", pk, title, cause, started_at, ended_at)
-            if operator_caused(cause):
-                facts[gpu_id].operator_incidents.append(piece)
+    @classmethod
+    def load(cls, gpu_ids: Iterable[uuid.UUID], start: datetime, end: datetime) -> _FactRows:
+        params: dict[str, Any] = {"gpus": _uuids(gpu_ids), "start": start, "end": end}
+        with connection.cursor() as cursor:
 
-    for gpu_id, owned in itertools.groupby(ownership_rows, key=lambda r: r[0]):
-        facts[gpu_id].ownership = _slices(list(owned), window)
+            def rows(sql: str) -> list[tuple[Any, ...]]:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
 
-    for gpu_id, cluster, currency, starts_at, ends_at, rate in rentals:
-        if cluster_id is None or cluster == cluster_id:
-            facts[gpu_id].rentals.append((currency, Rental(Interval(starts_at, ends_at), rate)))
+            serials = dict(rows(_SERIALS))
+            placements = rows(_PLACEMENTS)
+            transitions = rows(_TRANSITIONS)
+            params["nodes"] = _uuids(p[1] for p in placements)
+            params["clusters"] = _uuids(p[2] for p in placements)
+            params["sites"] = _uuids(p[3] for p in placements)
+            return cls(
+                Interval(start, end),
+                serials,
+                placements,
+                transitions,
+                rows(_MAINTENANCE),
+                rows(_INCIDENTS),
+                rows(_OWNERSHIP),
+                rows(_RENTALS),
+            )
 
-    for fact in facts.values():
-        for name in ("maintenance", "incidents", "operator_incidents"):
-            if getattr(fact, name):  # most GPUs have none: nothing to clip
-                setattr(fact, name, intersect(getattr(fact, name), [window]))
-    return [facts[g] for g in sorted(gpu_ids, key=lambda g: facts[g].serial)]
+    def facts(
+        self,
+        gpu_ids: Sequence[uuid.UUID],
+        *,
+        cluster_id: uuid.UUID | None = None,
+        placed_only: bool = False,
+    ) -> list[GpuFacts]:
+        """The facts of these GPUs (all of them among those loaded)."""
+        window = self.window
+        facts = {g: GpuFacts(gpu_id=g, serial=self.serials[g], range=window) for g in gpu_ids}
+        by_scope: dict[tuple[str, object], list[tuple[uuid.UUID, Interval]]] = defaultdict(list)
+        in_cluster: dict[uuid.UUID, list[Interval]] = defaultdict(list)
+        for gpu_id, node_id, cluster, site, valid_from, valid_to in self.placements:
+            if gpu_id not in facts:
+                continue
+            placed = _interval(valid_from, valid_to)
+            by_scope["node", node_id].append((gpu_id, placed))
+            by_scope["cluster", cluster].append((gpu_id, placed))
+            by_scope["site", site].append((gpu_id, placed))
+            if cluster == cluster_id:
+                in_cluster[gpu_id].append(placed)
+            for piece in intersect([placed], [window]):
+                facts[gpu_id].placements.append((cluster, piece))
+
+        for gpu_id, grouped in itertools.groupby(self.transitions, key=lambda r: r[0]):
+            if gpu_id not in facts:
+                continue
+            listed = list(grouped)
+            service = [
+                Interval(at, following[1] if following else FAR_FUTURE)
+                for (_, at, state), following in zip(listed, [*listed[1:], None], strict=True)
+                if state == LifecycleState.IN_SERVICE
+            ]
+            if cluster_id is not None:
+                service = intersect(service, in_cluster.get(gpu_id, []))
+            elif placed_only:
+                service = intersect(service, [p for _, p in facts[gpu_id].placements])
+            facts[gpu_id].in_service = intersect(service, [window])
+
+        def resolve(
+            scope: tuple[Any, Any, Any, Any], interval: Interval
+        ) -> Iterable[tuple[uuid.UUID, Interval]]:
+            """The GPUs an event scoped to (gpu, node, cluster, site) touched, and when."""
+            gpu, node, cluster, site = scope
+            if gpu is not None:
+                if gpu in facts:
+                    yield gpu, interval
+                return
+            if node is not None:
+                key: tuple[str, object] = ("node", node)
+            elif cluster is not None:
+                key = ("cluster", cluster)
+            else:
+                key = ("site", site)
+            for gpu_id, placed in by_scope.get(key, []):
+                for piece in intersect([placed], [interval]):
+                    yield gpu_id, piece
+
+        for pk, *scope, title, starts_at, ends_at in self.maintenance:
+            for gpu_id, piece in resolve(tuple(scope), Interval(starts_at, ends_at)):
+                facts[gpu_id].maintenance.append(piece)
+                _event(facts[gpu_id], "maintenance", pk, title, "", starts_at, ends_at)
+        for pk, *scope, title, cause, started_at, ended_at in self.incidents:
+            interval = _interval(started_at, ended_at)
+            for gpu_id, piece in resolve(tuple(scope), interval):
+                facts[gpu_id].incidents.append(piece)
+                _event(facts[gpu_id], "incident", pk, title, cause, started_at, ended_at)
+                if operator_caused(cause):
+                    facts[gpu_id].operator_incidents.append(piece)
+
+        for gpu_id, owned in itertools.groupby(self.ownership, key=lambda r: r[0]):
+            if gpu_id in facts:
+                facts[gpu_id].ownership = _slices(list(owned), window)
+
+        for gpu_id, cluster, currency, starts_at, ends_at, rate in self.rentals:
+            if gpu_id in facts and (cluster_id is None or cluster == cluster_id):
+                facts[gpu_id].rentals.append((currency, Rental(Interval(starts_at, ends_at), rate)))
+
+        for fact in facts.values():
+            for name in ("maintenance", "incidents", "operator_incidents"):
+                if getattr(fact, name):  # most GPUs have none: nothing to clip
+                    setattr(fact, name, intersect(getattr(fact, name), [window]))
+        return [facts[g] for g in sorted(gpu_ids, key=lambda g: facts[g].serial)]
 
 
 def _event(
@@ -313,23 +360,43 @@ def cluster_gpu_ids(*, cluster_id: uuid.UUID, start: datetime, end: datetime) ->
 def rate_terms(
     *, cluster_id: uuid.UUID, currency: str, start: datetime, end: datetime
 ) -> list[RateTerms]:
+    return rate_terms_many(keys=[(cluster_id, currency)], start=start, end=end)[
+        cluster_id, currency
+    ]
+
+
+def rate_terms_many(
+    *, keys: Collection[tuple[uuid.UUID, str]], start: datetime, end: datetime
+) -> dict[tuple[uuid.UUID, str], list[RateTerms]]:
+    """``rate_terms`` of each (cluster, currency), from one query."""
+    found: dict[tuple[uuid.UUID, str], list[RateTerms]] = {key: [] for key in keys}
+    if not found:
+        return found
     cards = (
-        RateCard.objects.filter(cluster_id=cluster_id, currency=currency, effective_from__lt=end)
+        RateCard.objects.filter(
+            cluster_id__in={c for c, _ in found},
+            currency__in={currency for _, currency in found},
+            effective_from__lt=end,
+        )
         .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
         .order_by("effective_from")
     )
-    return [
-        RateTerms(
-            interval=_interval(card.effective_from, card.effective_to),
-            hosting_fee_per_gpu_month=card.hosting_fee_per_gpu_month,
-            price_per_kwh=card.price_per_kwh,
-            pue=card.pue,
-            management_fee_pct=card.management_fee_pct,
-            waive_hosting_in_operator_incidents=card.waive_hosting_in_operator_incidents,
-            waive_hosting_when_down=card.waive_hosting_when_down,
+    for card in cards:
+        terms = found.get((card.cluster_id, card.currency))
+        if terms is None:  # a currency asked for of another cluster only
+            continue
+        terms.append(
+            RateTerms(
+                interval=_interval(card.effective_from, card.effective_to),
+                hosting_fee_per_gpu_month=card.hosting_fee_per_gpu_month,
+                price_per_kwh=card.price_per_kwh,
+                pue=card.pue,
+                management_fee_pct=card.management_fee_pct,
+                waive_hosting_in_operator_incidents=card.waive_hosting_in_operator_incidents,
+                waive_hosting_when_down=card.waive_hosting_when_down,
+            )
         )
-        for card in cards
-    ]
+    return found
 
 
 def rate_boundaries(terms: Sequence[RateTerms], window: Interval) -> set[datetime]:

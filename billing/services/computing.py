@@ -48,9 +48,11 @@ from billing.selectors.facts import (
     GpuFacts,
     cluster_gpu_ids,
     gpu_facts,
+    gpu_facts_by_cluster,
     pool_basis_in_force,
     rate_boundaries,
     rate_terms,
+    rate_terms_many,
 )
 from billing.selectors.usage import DaySums, cells_load_many
 from fleet.models import Cluster, Ownership, Placement
@@ -164,8 +166,10 @@ def _prepared(
     *,
     basis: PoolBasis,
     currencies: list[str],
+    terms: dict[str, list[RateTerms]] | None = None,
 ) -> ClusterFacts:
-    """The cluster's facts checked (no revenue lost to a currency) and cut."""
+    """The cluster's facts checked (no revenue lost to a currency) and cut (``terms``: the
+    rate cards of each currency, when already read)."""
     # Revenue in a currency some holder of the GPU is not billed in would be lost to them.
     for fact in facts:
         revenue_currencies = {c for c, _ in fact.rentals} | {c for c, a in pools.items() if a}
@@ -182,10 +186,11 @@ def _prepared(
                     }
                 )
 
-    terms = {
-        c: rate_terms(cluster_id=cluster.pk, currency=c, start=window.start, end=window.end)
-        for c in currencies
-    }
+    if terms is None:
+        terms = {
+            c: rate_terms(cluster_id=cluster.pk, currency=c, start=window.start, end=window.end)
+            for c in currencies
+        }
     cuts = set().union(*(rate_boundaries(t, window) for t in terms.values())) if terms else set()
     # Cells also end at every UTC midnight, so a statement's frozen inputs answer for each day
     # (the daily series of its report). Midnights are hour boundaries: the figures are unchanged.
@@ -226,23 +231,22 @@ def _redraft_facts(
         .order_by()
     ):
         pools[cluster_id][currency] = total
-    facts = {
-        cluster_id: gpu_facts(
-            gpu_ids=ids, start=window.start, end=window.end, cluster_id=cluster_id
-        )
-        for cluster_id, ids in gpus_in.items()
-    }
+    facts = gpu_facts_by_cluster(gpu_ids=gpus_in, start=window.start, end=window.end)
     currency_of = _currencies_of([f for listed in facts.values() for f in listed])
+    for cluster_id in gpus_in:
+        if not any(c_id == cluster_id for c_id, _ in splits):
+            raise _split_refusal(
+                clusters[cluster_id],
+                period,
+                "no whole run of the close has split its pool since the close started",
+            )
+    terms = rate_terms_many(
+        keys=[key for key in splits if key[0] in gpus_in], start=window.start, end=window.end
+    )
     prepared = []
     for cluster_id in sorted(gpus_in):
         cluster = clusters[cluster_id]
         frozen = sorted((c, split) for (c_id, c), split in splits.items() if c_id == cluster_id)
-        if not frozen:
-            raise _split_refusal(
-                cluster,
-                period,
-                "no whole run of the close has split its pool since the close started",
-            )
         prepared.append(
             _prepared(
                 period,
@@ -253,6 +257,7 @@ def _redraft_facts(
                 pools[cluster_id],
                 basis=PoolBasis(frozen[0][1].pool_basis),
                 currencies=[c for c, _ in frozen],
+                terms={c: terms[cluster_id, c] for c, _ in frozen},
             )
         )
     return prepared
