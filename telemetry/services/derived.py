@@ -57,19 +57,28 @@ MJ_PER_KWH = 3_600_000_000
 # pg_advisory_xact_lock key of the derived pass (and of rollups_rebuild): "derived" in ASCII.
 PASS_LOCK = 0x64_65_72_69_76_65_64
 
-# Marks, sorted so that two window transactions lock shared marks in the same order. They
-# travel as one JSON document: msgspec encodes thousands of pairs in C, where psycopg would
-# dump an array parameter element by element in Python.
-# A mark that already reaches back far enough is only locked (no new row version): windows
-# arrive in time order, so only a late one rewrites a mark.
-_MARK = """
+# A chunk's marks as one JSON document, ``[[lo, [gpu, …]], …]`` (``marks_document``):
+# msgspec encodes it in C, where psycopg would dump an array parameter element by element in
+# Python, and a chunk's marks share a few instants (a minute of many GPUs), each parsed once
+# here. A mark's hour is its earliest instant's UTC hour. ``%(marks)s`` is the document.
+MARK_ROWS = """
+SELECT g::uuid AS gpu_id, m.hour, m.lo
+  FROM (SELECT date_trunc('hour', (e->>0)::timestamptz, 'UTC') AS hour,
+               (e->>0)::timestamptz AS lo, e->1 AS gpus
+          FROM json_array_elements(%(marks)s::json) AS e OFFSET 0) AS m,
+       json_array_elements_text(m.gpus) AS g
+"""
+# Marks, sorted so that two window transactions lock shared marks in the same order. A mark
+# that already reaches back far enough is only locked (no new row version): windows arrive in
+# time order, so only a late one rewrites a mark. Also a CTE of the window path's last
+# statement (``processing._CHUNK_DONE``).
+MARK_UPSERT = f"""
 INSERT INTO telemetry_derivedwork AS d (gpu_id, hour, lo)
-SELECT (m->>0)::uuid, (m->>1)::timestamptz, min((m->>2)::timestamptz)
-  FROM json_array_elements(%s::json) AS m
+SELECT r.gpu_id, r.hour, min(r.lo) FROM ({MARK_ROWS}) AS r
  GROUP BY 1, 2
  ORDER BY 1, 2
 ON CONFLICT (gpu_id, hour) DO UPDATE SET lo = EXCLUDED.lo WHERE EXCLUDED.lo < d.lo
-"""
+"""  # noqa: S608 - constants only
 
 _TEMP = """
 CREATE TEMP TABLE IF NOT EXISTS telemetry_claimed (
@@ -295,10 +304,24 @@ def derived_mark(
     """Records, inside the caller's (window-writing) transaction, that these (GPU, UTC hour,
     earliest instant touched) need their transitions and rollup recomputed. The same
     (GPU, hour) may come more than once: SQL merges them."""
-    # [gpu, hour, lo] arrays, encoded straight from the tuples: no dict per mark.
-    document = marks if isinstance(marks, list) else list(marks)
-    if document:
-        cursor.execute(_MARK, [msgspec.json.encode(document).decode()])
+    document = marks_document(marks)
+    if document is not None:
+        cursor.execute(MARK_UPSERT, {"marks": document})
+
+
+def marks_document(marks: Iterable[tuple[Any, dt.datetime, dt.datetime]]) -> str | None:
+    """Marks as ``MARK_ROWS`` reads them, grouped by instant (None when there are none). The
+    hour given is the instant's own UTC hour, so it is not sent."""
+    by_instant: dict[dt.datetime, list[Any]] = {}
+    for gpu, _, lo in marks:
+        gpus = by_instant.get(lo)
+        if gpus is None:
+            by_instant[lo] = [gpu]
+        else:
+            gpus.append(gpu)
+    if not by_instant:
+        return None
+    return msgspec.json.encode(list(by_instant.items())).decode()
 
 
 def instant_marks(

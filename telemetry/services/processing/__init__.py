@@ -11,6 +11,14 @@ the chunk's work and deleted by its commit.
 Transitions and rollups are not computed here: the chunk marks the (GPU, hour) pairs it
 touched and ``telemetry.services.derived.derived_process`` recomputes them later, coalesced.
 
+A chunk is a few statements, whatever its size: the claim (one statement nearly always; it
+also reads the placement change log's version), the claim row aside and its lock, the node
+locks with the chunk's settings, the COPY, and one last statement that marks the batches
+processed, updates the nodes' status, records the derived-work marks and deletes the claim
+row (``_CHUNK_DONE``). Events and rejections add a statement each when there are any. Window
+partitions and placements are read only when this process has not seen them: both are cached
+per process, placements until the change log moves (``validation._PlacementCache``).
+
 This module runs a chunk; the rest is split by what it does:
 
 * ``claims``: taking batches, the claim row a crash leaves, reaping lost workers, setting a
@@ -27,7 +35,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from django.conf import settings
@@ -37,7 +45,7 @@ from psycopg.types.string import BytesBinaryDumper
 
 from telemetry.dispatch import derived_kick
 from telemetry.services.collector import collector_paused
-from telemetry.services.derived import derived_mark, instant_marks
+from telemetry.services.derived import MARK_UPSERT, instant_marks, marks_document
 from telemetry.services.partitions import window_partitions_ensure
 from telemetry.services.processing.claims import (
     GAVE_UP,
@@ -55,25 +63,30 @@ from telemetry.services.processing.copy import (
     _WINDOW_CONTENT,
     COPY_STAGE,
     COPY_WINDOWS,
+    NODE_STATUS,
     WINDOW_COLUMNS,
     WINDOW_TYPES,
     WINDOW_WIRE_TYPES,
     _events_write,
     _json,
-    _node_status_update,
+    _node_status_json,
     _rejections_write,
     _window_row,
     _windows_stage,
 )
 from telemetry.services.processing.validation import (
+    NO_VERSION,
     _decode,
     _future_limit,
     _Loaded,
     _NodePlacements,
+    _PlacementCache,
     _placements,
     _retention_floor,
     _validate,
     _Work,
+    placements_forget,
+    version_read,
 )
 
 __all__ = [
@@ -152,6 +165,9 @@ def _chunk_guarded(
     except SESSION_LOST:
         raise  # the session is gone: its locks went with it and the batches come back
     except Exception:
+        # What this process cached may be what failed (a partition dropped by hand).
+        _Partitions.known = set()
+        placements_forget()
         if not taken:
             raise
         log.exception("chunk of %d batches failed; retrying them one by one", len(taken))
@@ -170,6 +186,42 @@ def _chunk_guarded(
     return _Taken(len(taken), 0)
 
 
+# The chunk's last statement, its one write beside windows, events and rejections: the
+# batches processed (or failed, undecodable), with who did it — a HOT update, no indexed
+# column changes — and their queue rows gone (or set aside); the nodes' status; the derived
+# work marks; the chunk's claim row deleted. One round trip, however many batches.
+_CHUNK_DONE = f"""
+WITH claim AS (
+    DELETE FROM telemetry_ingestclaim WHERE id = %(claim)s RETURNING claimed_at
+), v AS MATERIALIZED (
+    SELECT * FROM json_to_recordset(%(batches)s::json)
+        AS v(id bigint, s text, e text, aw int, ae int, rc int)
+), dequeued AS (
+    DELETE FROM telemetry_queuedbatch q USING v
+     WHERE q.batch_id = v.id AND v.s = 'processed'
+), set_aside AS (
+    UPDATE telemetry_queuedbatch q SET failed = true FROM v
+     WHERE q.batch_id = v.id AND v.s = 'failed'
+), batches AS (
+    UPDATE telemetry_ingestbatch b
+       SET status = v.s, processed_at = now(), error = v.e, claimed_by = %(worker)s,
+           claimed_at = c.claimed_at,
+           accepted_windows = v.aw, accepted_events = v.ae, rejected_count = v.rc
+      FROM v, claim c
+     WHERE b.id = v.id
+), nodes AS ({NODE_STATUS}), marked AS ({MARK_UPSERT})
+SELECT count(*) FROM claim
+"""  # noqa: S608 - constants only
+
+
+class _Partitions:
+    """Days whose window partition this process has seen committed (partitions are dropped
+    only by retention, and only days before any a chunk accepts). Forgotten when a chunk
+    fails, so a partition dropped by hand costs one retried chunk."""
+
+    known: ClassVar[set[tuple[Any, dt.date]]] = set()
+
+
 def _chunk_process(
     *,
     worker: str,
@@ -184,6 +236,7 @@ def _chunk_process(
     now = timezone.now()
     floor = _retention_floor(now)
     ceiling = now + _future_limit()
+    database = _database()
     with transaction.atomic():
         # A server-side-binding cursor on Django's connection (same transaction): the large
         # array parameters travel in binary instead of being quoted into the SQL text.
@@ -191,17 +244,27 @@ def _chunk_process(
         # bytea by oid (``WINDOW_WIRE_TYPES``): psycopg's C dumper of plain bytes, not the
         # Python one that also unwraps DB-API Binary objects.
         cursor.adapters.register_dumper(None, BytesBinaryDumper)
-        cursor.execute("SET LOCAL work_mem = '64MB'")
-        # A worker that hangs holding its batches loses them (and its connection) after this.
-        cursor.execute(
-            f"SET LOCAL idle_in_transaction_session_timeout = "
-            f"{int(settings.TELEMETRY_CLAIM_TIMEOUT_S) * 1000}"
-        )
-        rows = _claim(cursor, batches=batches, windows=windows, only=only)
+        since = NO_VERSION if outer else _PlacementCache.since(database)
+        rows = _claim(cursor, batches=batches, windows=windows, only=only, since=since)
         if not rows:
             return None
         taken.extend(row[0] for row in rows)
         claim_id = _claim_record(cursor, worker=worker, batch_ids=list(taken), outer=outer)
+        # One writer per node at a time, taken in a fixed order: two chunks replaying the
+        # same windows of a node would otherwise wait on each other's unique-index entries.
+        # A worker that hangs holding its batches loses them (and its connection) after the
+        # claim timeout.
+        nodes = sorted({row[1] for row in rows})
+        cursor.execute(
+            "SELECT set_config('work_mem', '64MB', true),"
+            " set_config('idle_in_transaction_session_timeout', %s, true),"
+            " (SELECT count(pg_advisory_xact_lock(k))"
+            "    FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s)",
+            [
+                str(int(settings.TELEMETRY_CLAIM_TIMEOUT_S) * 1000),
+                [_node_lock_id(n) for n in nodes],
+            ],
+        )
         loaded, broken = _decode(rows)
         # A set: a chunk's windows share a handful of minutes.
         starts = {w.window_start for item in loaded for w in item.batch.windows}
@@ -209,16 +272,14 @@ def _chunk_process(
         days = {start.astimezone(dt.UTC).date() for start in starts if floor <= start <= ceiling}
         if days and outer:
             window_partitions_ensure(days=days, cursor=cursor)
-        elif days:
+        elif days and not {(database, day) for day in days} <= _Partitions.known:
             _Side.partitions_ensure(cursor=cursor, days=days)
-        # One writer per node at a time, taken in a fixed order: two chunks replaying the
-        # same windows of a node would otherwise wait on each other's unique-index entries.
-        nodes = sorted({item.node_id for item in loaded})
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s",
-            [[_node_lock_id(n) for n in nodes]],
-        )
-        placed = _placements(cursor, loaded, starts)
+            _Partitions.known |= {(database, day) for day in days}
+        # Placements as of the claim's snapshot: this process's cache, while the placement
+        # change log reads as it did when they were cached. Inside a caller's transaction
+        # (tests) they are read afresh and not cached.
+        version = None if outer else version_read(rows[0], since)[0]
+        placed = _placements(cursor, loaded, starts, version=version, database=database)
         work = _validate_and_write(
             cursor, loaded, placed, now=now, floor=floor, optimistic=optimistic_copy
         )
@@ -227,35 +288,12 @@ def _chunk_process(
             _rejections_write(cursor, work.rejections)
         gpu_ids = work.gpu_ids
         marks = [(gpu_ids[nvml], hour, lo) for (nvml, hour), lo in work.marks.items()]
-        derived_mark(cursor=cursor, marks=marks + instant_marks(xids))
-        # Queue the derived pass as soon as this chunk's marks are visible, not after the
-        # whole claim: in a catch-up it then runs beside the window path, not after it.
-        transaction.on_commit(derived_kick)
-        if loaded:
-            _node_status_update(cursor, loaded)
-        # The batches' one write: processed (or failed, undecodable), with who did it — a HOT
-        # update, no indexed column changes — and their queue rows go (or are set aside).
         cursor.execute(
-            """
-            WITH v AS MATERIALIZED (
-                SELECT * FROM json_to_recordset(%s::json)
-                    AS v(id bigint, s text, e text, aw int, ae int, rc int)
-            ), dequeued AS (
-                DELETE FROM telemetry_queuedbatch q USING v
-                 WHERE q.batch_id = v.id AND v.s = 'processed'
-            ), set_aside AS (
-                UPDATE telemetry_queuedbatch q SET failed = true FROM v
-                 WHERE q.batch_id = v.id AND v.s = 'failed'
-            )
-            UPDATE telemetry_ingestbatch b
-               SET status = v.s, processed_at = now(), error = v.e, claimed_by = %s,
-                   claimed_at = c.claimed_at,
-                   accepted_windows = v.aw, accepted_events = v.ae, rejected_count = v.rc
-              FROM v, telemetry_ingestclaim c
-             WHERE b.id = v.id AND c.id = %s
-            """,
-            [
-                _json(
+            _CHUNK_DONE,
+            {
+                "claim": claim_id,
+                "worker": worker,
+                "batches": _json(
                     [
                         {"id": i.id, "s": "processed", "e": "", "aw": i.accepted_windows,
                          "ae": i.accepted_events, "rc": i.rejected}
@@ -266,16 +304,24 @@ def _chunk_process(
                         for bid, error in broken
                     ]
                 ),
-                worker,
-                claim_id,
-            ],
+                "nodes": _node_status_json(loaded),
+                "marks": marks_document(marks + instant_marks(xids)),
+            },
         )  # fmt: skip
-        cursor.execute("DELETE FROM telemetry_ingestclaim WHERE id = %s", [claim_id])
+        # Queue the derived pass as soon as this chunk's marks are visible, not after the
+        # whole claim: in a catch-up it then runs beside the window path, not after it.
+        transaction.on_commit(derived_kick)
     result.processed += len(loaded)
     result.failed += len(broken)
     result.windows += sum(item.accepted_windows for item in loaded)
     result.rejected += sum(item.rejected for item in loaded)
     return _Taken(len(rows), sum(row[5] for row in rows))
+
+
+def _database() -> tuple[Any, ...]:
+    """Which database this process's caches describe."""
+    params = connection.settings_dict
+    return (params["HOST"], params["PORT"], params["NAME"])
 
 
 def _validate_and_write(

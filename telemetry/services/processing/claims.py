@@ -18,6 +18,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from core.locks import lock
 from telemetry.models import IngestClaim
 from telemetry.services.partitions import window_partitions_ensure
+from telemetry.services.processing.validation import NO_VERSION, PLACEMENT_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,11 @@ class _Side:
             params = connection.get_connection_params()
             params.pop("cursor_factory", None)
             cls.conn = psycopg.connect(**params, autocommit=True)
+            # A claim row must be visible to other workers at once (it is: visibility does not
+            # wait for the disk), not durable: if the server crashes, the chunk's transaction
+            # is lost with it and its batches come back with no attempt to count. Each chunk
+            # then saves a flush of the write-ahead log.
+            cls.conn.execute("SET synchronous_commit = off")
             cls.pid = os.getpid()
         return cls.conn
 
@@ -180,62 +186,90 @@ def _claim_record(cursor: Any, *, worker: str, batch_ids: list[int], outer: bool
 # plan a walk of that index joined row by row: unlimited, a long queue is planned as a hash
 # join of every queued batch's row, bodies included, sorted, before the first is locked.
 # A batch stored without its body is still taken, and set aside for it, not left queued.
-_CLAIM = """
-SELECT b.id, b.node_id, r.body, b.received_at, b.signed_at, b.window_count, q.attempts
-  FROM telemetry_queuedbatch q
+# A batch that already lost a worker (a suspect) is taken first, alone. Each row also carries
+# the placement change log's version (``validation.PLACEMENT_VERSION``, counted from
+# ``%(since)s``), read in the claim's snapshot: the chunk's cached placements are of it.
+_CLAIM = f"""
+WITH suspect AS MATERIALIZED (
+    SELECT q.batch_id, q.received_at, q.attempts FROM telemetry_queuedbatch q
+     WHERE NOT q.failed AND q.attempts > 0 {{only_none}}
+     ORDER BY q.received_at, q.batch_id
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED
+), fresh AS MATERIALIZED (
+    SELECT q.batch_id, q.received_at, q.attempts FROM telemetry_queuedbatch q
+     WHERE NOT q.failed AND NOT EXISTS (SELECT FROM suspect) {{only}} {{after}}
+     ORDER BY q.received_at, q.batch_id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), queued AS (
+    SELECT * FROM suspect UNION ALL SELECT * FROM fresh
+)
+SELECT b.id, b.node_id, r.body, b.received_at, b.signed_at, b.window_count, q.attempts,
+       q.received_at, v.*
+  FROM queued q
   JOIN telemetry_ingestbatch b ON b.id = q.batch_id
   LEFT JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
- WHERE NOT q.failed {only}
+ CROSS JOIN ({PLACEMENT_VERSION}) AS v
  ORDER BY q.received_at, q.batch_id
- LIMIT %s
-   FOR UPDATE OF q SKIP LOCKED
-"""
-_CLAIM_SUSPECT = """
-SELECT b.id, b.node_id, r.body, b.received_at, b.signed_at, b.window_count, q.attempts
-  FROM telemetry_queuedbatch q
-  JOIN telemetry_ingestbatch b ON b.id = q.batch_id
-  LEFT JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
- WHERE NOT q.failed AND q.attempts > 0
- ORDER BY q.received_at, q.batch_id
- LIMIT 1
-   FOR UPDATE OF q SKIP LOCKED
-"""
+"""  # noqa: S608 - constants only
+_FIRST = _CLAIM.format(only_none="", only="", after="")
+_NEXT = _CLAIM.format(
+    only_none="AND false", only="", after="AND (q.received_at, q.batch_id) > (%(at)s, %(id)s)"
+)
+_ONLY = _CLAIM.format(
+    only_none="AND false", only="AND q.batch_id = ANY(%(only)s::bigint[])", after=""
+)
 
 
-def _claim(cursor: Any, *, batches: int, windows: int, only: list[int] | None) -> list[Any]:
+class _BatchSize:
+    """Windows per batch in this process's last claim: the first page of the next claim
+    asks for as many batches as should fill its chunk (8-window batches live, 60-minute ones
+    after an outage), so that a claim is nearly always one statement."""
+
+    windows: float | None = None
+
+
+def _claim(
+    cursor: Any,
+    *,
+    batches: int,
+    windows: int,
+    only: list[int] | None,
+    since: str = NO_VERSION,
+) -> list[Any]:
     """Locks the oldest pending batches nobody else holds, up to ``batches`` batches and
-    about ``windows`` windows, and reads them. Rows are locked as a server-side cursor
-    fetches them, so the window count can stop the claim without locking more.
+    about ``windows`` windows, and reads them. Pages of batches are locked and read one
+    statement each, sized by the windows per batch seen so far, until the window count is
+    reached: a claim does not lock more than a page beyond what it takes.
 
     A batch that already lost a worker is taken alone: if it kills this one too, it takes
     no other batch's attempts with it."""
-    if only is None:
-        cursor.execute(_CLAIM_SUSPECT, binary=True)
-        suspect = cursor.fetchall()
-        if suspect:
-            return list(suspect)
+    if only is not None:
+        cursor.execute(_ONLY, {"only": only, "limit": batches, "since": since}, binary=True)
+        return list(cursor.fetchall())
+    average = _BatchSize.windows
+    page = min(batches, 16 if average is None else max(1, int(windows / average + 0.5)))
+    cursor.execute(_FIRST, {"limit": page, "since": since}, binary=True)
     rows: list[Any] = []
-    named = psycopg.ServerCursor(connection.connection, f"telemetry_claim_{os.getpid()}")
-    try:
-        named.execute(
-            _CLAIM.format(only="AND q.batch_id = ANY(%s::bigint[])" if only is not None else ""),
-            [only, batches] if only is not None else [batches],
-            binary=True,
+    count = 0
+    while True:
+        fetched = cursor.fetchall()
+        for row in fetched:
+            if row[6]:  # a suspect: alone, in a chunk of its own
+                return rows or [row]
+            rows.append(row)
+            count += row[5]
+        if len(fetched) < page or count >= windows or len(rows) >= batches:
+            break
+        _BatchSize.windows = average = max(1, count / len(rows))
+        page = min(batches - len(rows), max(1, -(-(windows - count) // int(average))))
+        last = rows[-1]
+        cursor.execute(
+            _NEXT, {"limit": page, "at": last[7], "id": last[0], "since": since}, binary=True
         )
-        count, page = 0, min(batches, 16)
-        while page > 0:
-            fetched = named.fetchmany(page)
-            for row in fetched:
-                if row[6] and rows:  # a suspect: alone, in a chunk of its own next time
-                    return rows
-                rows.append(row)
-                count += row[5]
-            if len(fetched) < page or count >= windows or len(rows) >= batches:
-                break
-            average = max(1, count // len(rows))
-            page = min(batches - len(rows), max(1, -(-(windows - count) // average)))
-    finally:
-        named.close()
+    if rows:
+        _BatchSize.windows = max(1, count / len(rows))
     return rows
 
 

@@ -1,5 +1,6 @@
 """Writing what a chunk accepted: windows by binary COPY (or through a TEMP stage when a
-chunk replays stored windows), events, rejected records and the nodes' status."""
+chunk replays stored windows), events, rejected records, and the nodes' status (a part of the
+chunk's last statement)."""
 
 from __future__ import annotations
 
@@ -163,7 +164,35 @@ def _rejections_write(cursor: Any, rows: list[tuple[Any, ...]]) -> None:
     )  # fmt: skip
 
 
-def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
+# The nodes' status from a chunk's batches (``%(nodes)s``: ``_node_status_json``): the latest
+# batch of each node, and where its telemetry now ends.
+NODE_STATUS = """
+INSERT INTO telemetry_nodestatus AS ns
+    (node_id, last_seen_at, last_window_end, clock_skew_s, agent_version,
+     driver_version, stale, stale_since, reported_gpus)
+SELECT n, seen, wend, skew, av, dv, false, NULL, '[]'::jsonb
+  FROM json_to_recordset(%(nodes)s::json)
+    AS v(n uuid, seen timestamptz, wend timestamptz, skew float8, av text, dv text)
+ ORDER BY n
+ON CONFLICT (node_id) DO UPDATE SET
+    last_seen_at = greatest(ns.last_seen_at, EXCLUDED.last_seen_at),
+    last_window_end = greatest(ns.last_window_end, EXCLUDED.last_window_end),
+    clock_skew_s = CASE WHEN ns.last_seen_at IS NULL
+                          OR EXCLUDED.last_seen_at >= ns.last_seen_at
+                        THEN EXCLUDED.clock_skew_s ELSE ns.clock_skew_s END,
+    agent_version = CASE WHEN EXCLUDED.agent_version <> '' THEN EXCLUDED.agent_version
+                         ELSE ns.agent_version END,
+    driver_version = CASE WHEN EXCLUDED.driver_version <> ''
+                          THEN EXCLUDED.driver_version ELSE ns.driver_version END,
+    stale = CASE WHEN ns.last_seen_at IS NULL OR EXCLUDED.last_seen_at > ns.last_seen_at
+                 THEN false ELSE ns.stale END,
+    stale_since = CASE WHEN ns.last_seen_at IS NULL
+                         OR EXCLUDED.last_seen_at > ns.last_seen_at
+                       THEN NULL ELSE ns.stale_since END
+"""
+
+
+def _node_status_json(loaded: list[_Loaded]) -> str:
     # Keyed by the ids' integers: a uuid.UUID hashes in Python, an int in C.
     latest: dict[int, _Loaded] = {}
     window_end: dict[int, dt.datetime] = {}
@@ -177,42 +206,14 @@ def _node_status_update(cursor: Any, loaded: list[_Loaded]) -> None:
             known = window_end.get(key)
             if known is None or end > known:
                 window_end[key] = end
-    cursor.execute(
-        """
-        INSERT INTO telemetry_nodestatus AS ns
-            (node_id, last_seen_at, last_window_end, clock_skew_s, agent_version,
-             driver_version, stale, stale_since, reported_gpus)
-        SELECT n, seen, wend, skew, av, dv, false, NULL, '[]'::jsonb
-          FROM json_to_recordset(%s::json)
-            AS v(n uuid, seen timestamptz, wend timestamptz, skew float8, av text, dv text)
-         ORDER BY n
-        ON CONFLICT (node_id) DO UPDATE SET
-            last_seen_at = greatest(ns.last_seen_at, EXCLUDED.last_seen_at),
-            last_window_end = greatest(ns.last_window_end, EXCLUDED.last_window_end),
-            clock_skew_s = CASE WHEN ns.last_seen_at IS NULL
-                                  OR EXCLUDED.last_seen_at >= ns.last_seen_at
-                                THEN EXCLUDED.clock_skew_s ELSE ns.clock_skew_s END,
-            agent_version = CASE WHEN EXCLUDED.agent_version <> '' THEN EXCLUDED.agent_version
-                                 ELSE ns.agent_version END,
-            driver_version = CASE WHEN EXCLUDED.driver_version <> ''
-                                  THEN EXCLUDED.driver_version ELSE ns.driver_version END,
-            stale = CASE WHEN ns.last_seen_at IS NULL OR EXCLUDED.last_seen_at > ns.last_seen_at
-                         THEN false ELSE ns.stale END,
-            stale_since = CASE WHEN ns.last_seen_at IS NULL
-                                 OR EXCLUDED.last_seen_at > ns.last_seen_at
-                               THEN NULL ELSE ns.stale_since END
-        """,
-        [
-            _json(
-                {
-                    "n": item.node_id,
-                    "seen": item.received_at,
-                    "wend": window_end.get(key),
-                    "skew": (item.signed_at - item.received_at).total_seconds(),
-                    "av": item.batch.agent.version or "",
-                    "dv": item.batch.agent.driver_version or "",
-                }
-                for key, item in latest.items()
-            )
-        ],
+    return _json(
+        {
+            "n": item.node_id,
+            "seen": item.received_at,
+            "wend": window_end.get(key),
+            "skew": (item.signed_at - item.received_at).total_seconds(),
+            "av": item.batch.agent.version or "",
+            "dv": item.batch.agent.driver_version or "",
+        }
+        for key, item in latest.items()
     )

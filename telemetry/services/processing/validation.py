@@ -7,12 +7,13 @@ through a per-chunk map, checks with plain comparisons and builds each COPY row 
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 
@@ -50,7 +51,7 @@ class _Work:
 def _decode(rows: list[Any]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
     loaded, broken = [], []
     limit = settings.TELEMETRY_MAX_INFLATED_BYTES
-    for bid, node_id, body, received_at, signed_at, _, _ in rows:
+    for bid, node_id, body, received_at, signed_at, *_ in rows:
         if body is None:
             broken.append((bid, "no body stored"))
             continue
@@ -102,39 +103,175 @@ class _NodePlacements:
 
 _NOWHERE = _NodePlacements()
 
+# A placement on a node: NVML UUID, GPU id, valid from, valid to (None: open).
+_Placed = tuple[str, uuid.UUID, dt.datetime, dt.datetime | None]
+# What the placement change log says (telemetry migration 0012), as of the statement's
+# snapshot: the changes made by transactions from ``%(since)s`` on (a snapshot's xmin, as
+# text), counted, with their last id; and the same from this snapshot's own xmin, which a
+# cache read in this snapshot keeps as its ``since``. A change committed after a snapshot was
+# taken belongs to a transaction that was running then or began later, so its xid is at least
+# that snapshot's xmin: it moves the count from that xmin on. Rows are never deleted, and
+# only the changes of recent transactions are counted (by the index on ``xid``).
+PLACEMENT_VERSION = """
+SELECT count(c.id) FILTER (WHERE c.xid >= %(since)s::xid8),
+       coalesce(max(c.id) FILTER (WHERE c.xid >= %(since)s::xid8), 0),
+       s.xmin::text,
+       count(c.id) FILTER (WHERE c.xid >= s.xmin),
+       coalesce(max(c.id) FILTER (WHERE c.xid >= s.xmin), 0)
+  FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) AS s
+  LEFT JOIN telemetry_placementchange c ON c.xid >= least(%(since)s::xid8, s.xmin)
+ GROUP BY s.xmin
+"""
+# (since, changes counted from it, last id among them).
+Version = tuple[str, int, int]
+VERSION_COLUMNS = 5  # PLACEMENT_VERSION's columns, last in the rows that carry them
+NO_VERSION = "0"  # since: every change (a process that has cached nothing yet)
+
+
+def version_read(row: Any, since: str) -> tuple[Version, Version]:
+    """From PLACEMENT_VERSION's columns (the last of ``row``): the version counted from
+    ``since``, and a fresh one counted from the snapshot's own xmin."""
+    seen, seen_last, xmin, count, last = row[-VERSION_COLUMNS:]
+    return (since, int(seen), int(seen_last)), (xmin, int(count), int(last))
+
+
+class _NodeHistory:
+    """Every placement of one node, and what they resolve to between two consecutive dates
+    at which any of them begins or ends (a segment), computed once per segment."""
+
+    def __init__(self, placed: list[_Placed]) -> None:
+        self.placed = placed
+        self.edges = sorted({p[2] for p in placed} | {p[3] for p in placed if p[3] is not None})
+        self.segments: dict[int, _NodePlacements] = {}
+
+    def over(self, lo: dt.datetime, hi: dt.datetime) -> _NodePlacements:
+        """The node's placements over ``[lo, hi]``, as the chunk's query resolved them: a GPU
+        is ``whole`` when its only placement here covers all of the span, dated otherwise."""
+        segment = bisect.bisect_right(self.edges, lo)
+        if segment < len(self.edges) and self.edges[segment] <= hi:
+            return self._resolved(lo, hi)  # a placement begins or ends inside the span
+        known = self.segments.get(segment)
+        if known is None:
+            # No edge in (lo, hi]: each placement covers all of it or none of it, as it does
+            # the segment's first instant (before the first edge, none is placed).
+            at = self.edges[segment - 1] if segment else None
+            known = self.segments[segment] = (
+                _NodePlacements() if at is None else self._resolved(at, at)
+            )
+        return known
+
+    def _resolved(self, lo: dt.datetime, hi: dt.datetime) -> _NodePlacements:
+        near = [p for p in self.placed if p[2] <= hi and (p[3] is None or p[3] > lo)]
+        count: dict[str, int] = {}
+        for nvml, *_ in near:
+            count[nvml] = count.get(nvml, 0) + 1
+        node = _NodePlacements()
+        for nvml, gpu_id, valid_from, valid_to in near:
+            if count[nvml] == 1 and valid_from <= lo and (valid_to is None or valid_to > hi):
+                node.whole[nvml] = gpu_id
+                node.whole_wire[nvml] = gpu_id.bytes
+            else:
+                node.dated.setdefault(nvml, []).append((valid_from, valid_to, gpu_id))
+        return node
+
+
+class _PlacementCache:
+    """This process's placements, per node, with the version they were read at. A chunk
+    uses them only when its claim reads that same version, in its own transaction; else they
+    are read again, so no window is resolved against placements that have changed."""
+
+    database: ClassVar[tuple[Any, ...] | None] = None
+    version: ClassVar[Version | None] = None
+    nodes: ClassVar[dict[str, _NodeHistory]] = {}
+
+    @classmethod
+    def since(cls, database: tuple[Any, ...]) -> str:
+        """Where a chunk counts changes from: the xmin of the snapshot the cache was read in."""
+        if cls.version is None or cls.database != database:
+            return NO_VERSION
+        return cls.version[0]
+
+    @classmethod
+    def holds(cls, database: tuple[Any, ...], version: Version) -> bool:
+        return cls.version is not None and (database, version) == (cls.database, cls.version)
+
+    @classmethod
+    def start(
+        cls, database: tuple[Any, ...], version: Version, nodes: dict[str, _NodeHistory]
+    ) -> None:
+        cls.database, cls.version, cls.nodes = database, version, nodes
+
+    @classmethod
+    def clear(cls) -> None:
+        cls.database, cls.version, cls.nodes = None, None, {}
+
+
+def placements_forget() -> None:
+    """Forgets this process's cached placements (they reload on the next chunk)."""
+    _PlacementCache.clear()
+
+
+_NODE_PLACEMENTS = f"""
+SELECT p.node_id::text, g.nvml_uuid, p.gpu_id, p.valid_from, p.valid_to, v.*
+  FROM ({PLACEMENT_VERSION}) AS v
+  LEFT JOIN (fleet_placement p JOIN fleet_gpu g ON g.id = p.gpu_id)
+    ON p.node_id = ANY(%(nodes)s)
+"""  # noqa: S608 - constants only
+
+
+def _node_histories(
+    cursor: Any, node_ids: list[uuid.UUID], since: str
+) -> tuple[Version, Version, dict[str, _NodeHistory]]:
+    """Every placement of these nodes, with the change log's version counted from ``since``
+    and its fresh version (``version_read``), all in one snapshot."""
+    cursor.execute(_NODE_PLACEMENTS, {"nodes": node_ids, "since": since}, binary=True)
+    rows = cursor.fetchall()
+    seen, fresh = version_read(rows[0], since)  # the version's one row, with or without any
+    placed: dict[str, list[_Placed]] = {str(n): [] for n in node_ids}
+    for node_id, nvml_uuid, gpu_id, valid_from, valid_to, *_ in rows:
+        if node_id is not None:
+            placed[node_id].append((nvml_uuid, gpu_id, valid_from, valid_to))
+    return seen, fresh, {node: _NodeHistory(rows) for node, rows in placed.items()}
+
 
 def _placements(
-    cursor: Any, loaded: list[_Loaded], starts: set[dt.datetime]
+    cursor: Any,
+    loaded: list[_Loaded],
+    starts: set[dt.datetime],
+    *,
+    version: Version | None = None,
+    database: tuple[Any, ...] = (),
 ) -> dict[str, _NodePlacements]:
-    """Where each GPU (by NVML UUID) sat on the batches' nodes over the batches' time span."""
+    """Where each GPU (by NVML UUID) sat on the batches' nodes over the batches' time span.
+
+    ``version``: the placement change log's version as the chunk's claim read it, counted
+    from the cache's own ``since``; the nodes cached at that version are not read again
+    (None: nothing cached is used or kept)."""
     instants = [*starts, *(e.occurred_at for item in loaded for e in item.batch.events)]
     if not instants:
         return {}
     lo, hi = min(instants), max(instants)
-    # ``whole``: the GPU's only placement on the node in the span, and it covers all of it.
-    cursor.execute(
-        """
-        SELECT p.node_id::text, g.nvml_uuid, p.gpu_id, p.valid_from, p.valid_to,
-               p.valid_from <= %(lo)s AND (p.valid_to IS NULL OR p.valid_to > %(hi)s)
-               AND count(*) OVER (PARTITION BY p.node_id, g.nvml_uuid) = 1 AS whole
-          FROM fleet_placement p JOIN fleet_gpu g ON g.id = p.gpu_id
-         WHERE p.node_id = ANY(%(nodes)s) AND p.valid_from <= %(hi)s
-           AND (p.valid_to IS NULL OR p.valid_to > %(lo)s)
-        """,
-        {"nodes": list({item.node_id for item in loaded}), "lo": lo, "hi": hi},
-        binary=True,
-    )
-    placed: dict[str, _NodePlacements] = {}
-    for node_id, nvml_uuid, gpu_id, valid_from, valid_to, whole in cursor.fetchall():
-        node = placed.get(node_id)
-        if node is None:
-            node = placed[node_id] = _NodePlacements()
-        if whole:
-            node.whole[nvml_uuid] = gpu_id
-            node.whole_wire[nvml_uuid] = gpu_id.bytes
-        else:
-            node.dated.setdefault(nvml_uuid, []).append((valid_from, valid_to, gpu_id))
-    return placed
+    nodes = {str(item.node_id): item.node_id for item in loaded}
+    if version is None:
+        _, _, histories = _node_histories(cursor, list(nodes.values()), NO_VERSION)
+        return {key: histories[key].over(lo, hi) for key in nodes}
+    if not _PlacementCache.holds(database, version):
+        # Nothing cached, or placements changed before the claim: read in one snapshot and
+        # cached with its own version.
+        _, fresh, read = _node_histories(cursor, list(nodes.values()), version[0])
+        _PlacementCache.start(database, fresh, read)
+    missing = [node_id for key, node_id in nodes.items() if key not in _PlacementCache.nodes]
+    if missing:
+        seen, fresh, read = _node_histories(cursor, missing, version[0])
+        if seen != version:
+            # Placements changed after the claim read the version: the chunk resolves against
+            # this newer snapshot, all of its nodes read in it.
+            if len(missing) < len(nodes):
+                _, fresh, read = _node_histories(cursor, list(nodes.values()), version[0])
+            _PlacementCache.start(database, fresh, {})
+        _PlacementCache.nodes.update(read)
+    cached = _PlacementCache.nodes
+    return {key: cached[key].over(lo, hi) for key in nodes}
 
 
 def _validate(
