@@ -23,7 +23,7 @@ import itertools
 import threading
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -151,7 +151,10 @@ SELECT d.day - %(first)s::date, d.gpu_id::text, d.seconds_up, d.seconds_down,
   FROM telemetry_dailyrollup d
  WHERE d.day = ANY(%(days)s::date[])
 """
-# From this many whole-day cells on, and for at most this many days, take the days' sums so.
+# The same for some GPUs only: through the (gpu, day) key.
+_DAILY_SUMS_OF = _DAILY_SUMS + "   AND d.gpu_id = ANY(%(gpus)s::uuid[])\n"
+# From this many whole-day cells on, every GPU's days are read (one scan of the day index);
+# below, only those of the GPUs asked about. For at most this many days either way.
 DAY_CELLS = 2_000
 MAX_DAYS = 62
 DAY = timedelta(days=1)
@@ -183,15 +186,16 @@ class DaySums:
     could not see its writes). ``DaySums.read`` reads them at once, on the caller's connection.
     """
 
-    def __init__(self, days: Sequence[datetime]) -> None:
+    def __init__(self, days: Sequence[datetime], gpus: Collection[str] | None = None) -> None:
         self.days = list(days)
+        self.gpus = None if gpus is None else sorted(gpus)  # None: every GPU
         self._sums: dict[tuple[str, datetime], CellTail] = {}
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def read(cls, days: Sequence[datetime]) -> DaySums:
-        sums = cls(days)
+    def read(cls, days: Sequence[datetime], gpus: Collection[str] | None = None) -> DaySums:
+        sums = cls(days, gpus)
         sums._sums = sums._query()
         return sums
 
@@ -213,7 +217,10 @@ class DaySums:
         first = self.days[0].date()
         at = {(day.date() - first).days: day for day in self.days}
         with connection.cursor() as cursor:
-            cursor.execute(_DAILY_SUMS, {"first": first, "days": [day.date() for day in self.days]})
+            cursor.execute(
+                _DAILY_SUMS if self.gpus is None else _DAILY_SUMS_OF,
+                {"first": first, "days": [day.date() for day in self.days], "gpus": self.gpus},
+            )
             return {
                 (gpu_key, at[i]): (up, down, busy, energy, ())
                 for i, gpu_key, up, down, busy, energy in cursor.fetchall()
@@ -411,7 +418,7 @@ def cells_load_many(
             first += len(shape.cells)
     day_count = sum(len(shape.days) for _, _, _, shape in shapes)
     days = sorted({day for shape in shared.values() for _, day in shape.days})
-    by_day = day_count >= DAY_CELLS and len(days) <= MAX_DAYS
+    by_day = day_count > 0 and len(days) <= MAX_DAYS
 
     cell_rows: list[tuple[Any, ...]] = []
     range_rows: list[tuple[Any, ...]] = []
@@ -437,7 +444,8 @@ def cells_load_many(
         by_gpu_day: dict[tuple[str, datetime], CellTail] = {}
         if by_day:
             if day_sums is None or not set(days) <= set(day_sums.days):
-                day_sums = DaySums.read(days)
+                few = {str(fact.gpu_id) for _, fact, _, shape in shapes if shape.days}
+                day_sums = DaySums.read(days, None if day_count >= DAY_CELLS else few)
             by_gpu_day = day_sums.by_gpu_day()
         if cell_rows or range_rows:
             cursor.execute(_TEMP)

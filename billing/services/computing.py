@@ -26,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, Sum
 from django.utils import timezone
 
@@ -199,16 +200,14 @@ def _prepared(
 
 
 def _redraft_facts(
-    period: Period,
-    window: Interval,
-    owner_ids: Collection[str],
-    splits: dict[tuple[uuid.UUID, str], PoolSplit],
-) -> list[ClusterFacts]:
-    """``cluster_facts`` for redrafting these owners with the frozen splits: of each cluster
-    where they held a GPU, only the GPUs they held, in a few queries for all the clusters.
-    The currencies (whose rate cards cut every GPU's cells) and the pool basis are the
-    split's: those the whole run cut the cluster's cells by (a basis cannot change while a
-    period is closing, nor a rate card or pool reaching it)."""
+    period: Period, window: Interval, owner_ids: Collection[str]
+) -> tuple[list[ClusterFacts], dict[tuple[uuid.UUID, str], PoolSplit]]:
+    """``cluster_facts`` for redrafting these owners with the frozen splits, and the splits
+    (each GPU's part only for these GPUs): of each cluster where they held a GPU, only the
+    GPUs they held, in a few queries for all the clusters. The currencies (whose rate cards
+    cut every GPU's cells) and the pool basis are the split's: those the whole run cut the
+    cluster's cells by (a basis cannot change while a period is closing, nor a rate card or
+    pool reaching it)."""
     held = Ownership.objects.filter(
         gpu_id=OuterRef("gpu_id"), owner_id__in=list(owner_ids), valid_from__lt=window.end
     ).filter(Q(valid_to__isnull=True) | Q(valid_to__gt=window.start))
@@ -223,6 +222,7 @@ def _redraft_facts(
     ):
         gpus_in[cluster_id].append(gpu_id)
     clusters = Cluster.objects.in_bulk(list(gpus_in))
+    splits = _splits_of(period, [g for ids in gpus_in.values() for g in ids])
     pools: dict[uuid.UUID, dict[str, Decimal]] = defaultdict(dict)
     for cluster_id, currency, total in (
         PoolRevenue.objects.filter(cluster_id__in=list(gpus_in), period_id=period.pk)
@@ -260,7 +260,40 @@ def _redraft_facts(
                 terms={c: terms[cluster_id, c] for c, _ in frozen},
             )
         )
-    return prepared
+    return prepared, splits
+
+
+# The period's frozen splits with each GPU's part only for the GPUs asked about: a split holds
+# every GPU of its cluster (~60 KB of parts for 1,000 GPUs), picked in the database.
+_SPLITS_OF = """
+SELECT s.cluster_id, s.currency, s.pool_basis, s.amount, s.total_weight, s.computed_at,
+       (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb)
+          FROM jsonb_each(s.parts) AS e WHERE e.key = ANY(%(gpus)s::text[]))
+  FROM billing_poolsplit s
+ WHERE s.period_id = %(period)s
+"""
+
+
+def _splits_of(
+    period: Period, gpu_ids: Collection[uuid.UUID]
+) -> dict[tuple[uuid.UUID, str], PoolSplit]:
+    with connection.cursor() as cursor:
+        cursor.execute(_SPLITS_OF, {"period": period.pk, "gpus": [str(g) for g in gpu_ids]})
+        return {
+            (cluster_id, currency): PoolSplit(
+                period_id=period.pk,
+                cluster_id=cluster_id,
+                currency=currency,
+                pool_basis=basis,
+                amount=amount,
+                total_weight=total_weight,
+                parts=json.loads(parts),  # Django's connection hands jsonb over as text
+                computed_at=computed_at,
+            )
+            for cluster_id, currency, basis, amount, total_weight, computed_at, parts in (
+                cursor.fetchall()
+            )
+        }
 
 
 def _cluster_lines(
@@ -486,14 +519,12 @@ def _statements_compute(
     window = Interval(period.start, period.end if until is None else min(until, period.end))
     drafts: dict[StatementKey, Draft] = {}
     frozen: dict[tuple[uuid.UUID, str], PoolSplit] = {}
-    if reuse_split:
-        frozen = {(s.cluster_id, s.currency): s for s in PoolSplit.objects.filter(period=period)}
     # The whole fleet's rollups summed per day, on a second connection while the facts load
     # and the cells are cut (outside a transaction only; for a few owners, per cell instead).
     day_sums = DaySums.start(window) if owner_ids is None else None
     try:
         if reuse_split and owner_ids is not None:
-            prepared = _redraft_facts(period, window, owner_ids, frozen)
+            prepared, frozen = _redraft_facts(period, window, owner_ids)
         else:
             prepared = [
                 p

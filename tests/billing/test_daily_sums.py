@@ -18,20 +18,23 @@ pytestmark = pytest.mark.django_db
 UTC = dt.UTC
 
 
-def _drafts(period, disclosure, monkeypatch, *, by_day: bool):
-    # DAY_CELLS = 0: every whole day's cell from the daily rollups; beyond the number of
-    # cells: none, each cell summed from the hourly rollups in SQL.
-    monkeypatch.setattr(usage, "DAY_CELLS", 0 if by_day else 10**9)
+def _drafts(period, disclosure, monkeypatch, *, by_day: bool, every_gpu: bool = True):
+    # by_day: every whole day's cell from the daily rollups — of every GPU (DAY_CELLS = 0) or
+    # of the GPUs cut (beyond the number of cells); else (MAX_DAYS = 0) none, each cell
+    # summed from the hourly rollups in SQL.
+    monkeypatch.setattr(usage, "DAY_CELLS", 0 if every_gpu else 10**9)
+    monkeypatch.setattr(usage, "MAX_DAYS", 62 if by_day else 0)
     read = []
     original = usage.DaySums.read
 
-    def recorded(days):
-        read.append(len(days))
-        return original(days)
+    def recorded(days, gpus=None):
+        read.append((len(days), gpus is None))
+        return original(days, gpus)
 
     monkeypatch.setattr(usage.DaySums, "read", staticmethod(recorded))
     drafts = statements_compute(period=period, disclosure=disclosure)
-    assert read == ([30] if by_day else [])  # every day but the transfer's (cut at 12:00:30)
+    # Every day but the transfer's (cut at 12:00:30).
+    assert read == ([(30, every_gpu)] if by_day else [])
     return {k: (d.sha256, d.frozen_json, d.content["lines_total"]) for k, d in drafts.items()}
 
 
@@ -41,6 +44,7 @@ def test_statements_from_daily_rollups_equal_those_from_hourly_ones(oscar, discl
     assert DailyRollup.objects.filter(gpu=w["gpu"]).count() == 31 + 1  # and Feb 28's last hour
     by_day = _drafts(period, disclosure, monkeypatch, by_day=True)
     assert by_day == _drafts(period, disclosure, monkeypatch, by_day=False)
+    assert by_day == _drafts(period, disclosure, monkeypatch, by_day=True, every_gpu=False)
     nets = {k[0]: total for k, (_, _, total) in by_day.items()}
     assert nets == {str(w["alice"].pk): "338.73", str(w["bob"].pk): "766.55"}
 
@@ -53,5 +57,6 @@ def test_statements_from_daily_rollups_equal_those_from_hourly_ones(oscar, discl
     )  # 24 h × 0.6 kWh + 1
     changed = _drafts(period, disclosure, monkeypatch, by_day=True)
     assert changed == _drafts(period, disclosure, monkeypatch, by_day=False)
+    assert changed == _drafts(period, disclosure, monkeypatch, by_day=True, every_gpu=False)
     nets = {k[0]: total for k, (_, _, total) in changed.items()}
     assert nets == {str(w["alice"].pk): "338.73", str(w["bob"].pk): "766.25"}
