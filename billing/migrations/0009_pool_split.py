@@ -5,28 +5,58 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0008_cluster_billing_effective_dated'),
-        ('fleet', '0004_incident_drafts'),
+        ("billing", "0008_cluster_billing_effective_dated"),
+        ("fleet", "0004_incident_drafts"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PoolSplit',
+            name="PoolSplit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('currency', models.CharField(max_length=3)),
-                ('pool_basis', models.CharField(max_length=20)),
-                ('amount', models.DecimalField(decimal_places=2, help_text='The pool split, in this currency.', max_digits=18)),
-                ('total_weight', models.TextField()),
-                ('parts', models.JSONField()),
-                ('computed_at', models.DateTimeField()),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.cluster')),
-                ('period', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='billing.period')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("currency", models.CharField(max_length=3)),
+                ("pool_basis", models.CharField(max_length=20)),
+                (
+                    "amount",
+                    models.DecimalField(
+                        decimal_places=2,
+                        help_text="The pool split, in this currency.",
+                        max_digits=18,
+                    ),
+                ),
+                ("total_weight", models.TextField()),
+                ("parts", models.JSONField()),
+                ("computed_at", models.DateTimeField()),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="fleet.cluster",
+                    ),
+                ),
+                (
+                    "period",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="billing.period",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('period', 'cluster', 'currency'), name='pool_split_once_per_currency')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("period", "cluster", "currency"),
+                        name="pool_split_once_per_currency",
+                    )
+                ],
             },
         ),
     ]
