@@ -169,7 +169,8 @@ def close_steps(*, period: Period, user: Any, now: datetime) -> dict[str, Any]:
         if closing_now and may_close:
             compared.note(
                 "After correcting one owner's holdings or account, recompute that owner's "
-                "drafts alone: each pool stays split as the last whole run split it."
+                "drafts (with those of anyone a GPU changed hands with): each pool stays "
+                "split as the last whole run split it."
             )
     else:
         compared.note("Shown once the drafts are computed.")

@@ -37,6 +37,7 @@ LOCK_ORDER: tuple[str, ...] = (
     "fleet.gpumodel",
     "fleet.gpu",
     "billing.ratecard",
+    "billing.poolsplit",
     "billing.statement",
     "fleet.maintenancewindow",
     "fleet.incidentdraft",

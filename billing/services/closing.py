@@ -35,6 +35,7 @@ from billing.selectors.pending import telemetry_pending
 from billing.services.audit import billing_audit, values
 from billing.services.computing import (
     Draft,
+    SplitNeedsOwners,
     StatementKey,
     statements_compute,
 )
@@ -43,6 +44,8 @@ from core.locks import lock, lock_one, lock_shared
 from telemetry.services.collector import collector_paused
 
 WRITE_CHUNK = 50  # statements per transaction
+# How many times a redraft may widen to the co-holders of GPUs that changed hands.
+REDRAFT_ROUNDS = 5
 # Connections writing chunks at once (outside a transaction; inside one, the caller's alone).
 WRITERS = 2
 
@@ -207,23 +210,47 @@ def owner_statements_recompute(
     """Recomputes one owner's drafts of a closing period — after a correction of the owner's
     holdings or account, or under a new disclosure, say — with each cluster's pool split as
     the period's last whole run froze it, so only the owner's GPUs are measured and the
-    owner's figures agree with the other owners' drafts. Refuses, changing nothing, while
-    telemetry for the period is pending, and where a split no longer holds for the owner's
-    GPUs (the pool, its basis, the cluster's GPUs or one of the owner's GPUs' weights changed
-    since): then the whole period is recomputed instead."""
+    owner's figures agree with the other owners' drafts. Where one of the owner's GPUs (now
+    or when the pool was split) changed hands since, every owner who held it then or holds it
+    now is redrafted too. Refuses, changing nothing, while telemetry for the period is
+    pending, where a split no longer holds for these GPUs (a pool, a GPU's weight, a GPU in
+    or out of its cluster), and when a whole run replaced the splits meanwhile: then the
+    whole period is recomputed instead."""
     period.refresh_from_db()
     if period.status != Period.Status.CLOSING:
         raise ValidationError(
             {"period": f"Period {period} is {period.status}; drafts are computed while closing."}
         )
     refuse_pending_telemetry(period, "compute statements for")
-    owner_ids = [str(owner.pk)]
+    owners = {str(owner.pk)}
+    # The splits as they are now: if a whole run replaces them meanwhile, nothing is written.
+    used = sorted(PoolSplit.objects.filter(period=period).values_list("pk", flat=True))
     with collector_paused():
-        drafts = statements_compute(
-            period=period, disclosure=_disclosure(), owner_ids=owner_ids, reuse_split=True
-        )
+        for _ in range(REDRAFT_ROUNDS):
+            try:
+                drafts = statements_compute(
+                    period=period,
+                    disclosure=_disclosure(),
+                    owner_ids=sorted(owners),
+                    reuse_split=True,
+                )
+                break
+            except SplitNeedsOwners as more:  # co-holders of GPUs that changed hands
+                owners |= more.owners
+        else:
+            raise ValidationError(
+                {
+                    "period": f"Redrafting {owner} reaches the drafts of {len(owners)} owners "
+                    "and more; recompute the whole period instead."
+                }
+            )
         return statements_write(
-            period=period, drafts=drafts, by=by, reason=reason, owner_ids=owner_ids
+            period=period,
+            drafts=drafts,
+            by=by,
+            reason=reason,
+            owner_ids=sorted(owners),
+            splits_used=used,
         )
 
 
@@ -261,26 +288,29 @@ def statements_write(
     reason: str = "",
     splits: list[PoolSplit] | None = None,
     owner_ids: list[str] | None = None,
+    splits_used: list[int] | None = None,
 ) -> CloseRun:
     """Writes the drafts (see the module's docstring). Its last transaction, which removes
     the drafts of owners who have none any more, also writes the run's audit entry
     (``billing.period.compute``, with its counts) and its ``splits``, replacing the period's.
     With ``owner_ids``, the drafts are these owners' alone: only their drafts are removed,
-    and the entry is ``billing.owner.recompute``."""
+    and the entry is ``billing.owner.recompute``. ``splits_used``: the ids of the splits the
+    drafts were computed with; each transaction refuses, writing nothing, unless they are still
+    the period's (a whole run replaced them meanwhile: its drafts stand)."""
     if splits is not None:  # a crash part-way leaves none: nothing redrafts with a stale one
         PoolSplit.objects.filter(period=period).delete()
     keys = sorted(drafts)
     chunks = [keys[i : i + WRITE_CHUNK] for i in range(0, len(keys), WRITE_CHUNK)]
     if WRITERS > 1 and len(chunks) > 1 and not connection.in_atomic_block:
-        counts = _write_chunks_in_parallel(period, drafts, chunks)
+        counts = _write_chunks_in_parallel(period, drafts, chunks, splits_used)
     else:
-        counts = [_write_chunk(period, drafts, chunk) for chunk in chunks]
+        counts = [_write_chunk(period, drafts, chunk, splits_used) for chunk in chunks]
     written = sum(c[0] for c in counts)
     unchanged = sum(c[1] for c in counts)
     skipped = sum(c[2] for c in counts)
     removed = 0
     with transaction.atomic():
-        _hold_closing(period)
+        _hold_closing(period, splits_used)
         mine = Q() if owner_ids is None else Q(owner_id__in=owner_ids)
         stale = lock(
             Statement.objects.filter(mine, period=period)
@@ -312,12 +342,15 @@ def statements_write(
 
 
 def _write_chunk(
-    period: Period, drafts: dict[StatementKey, Draft], keys: list[StatementKey]
+    period: Period,
+    drafts: dict[StatementKey, Draft],
+    keys: list[StatementKey],
+    splits_used: list[int] | None = None,
 ) -> tuple[int, int, int]:
     """One transaction: the chunk's statements and lines (written, unchanged, skipped)."""
     written = unchanged = skipped = 0
     with transaction.atomic():
-        _hold_closing(period)
+        _hold_closing(period, splits_used)
         existing = {
             (str(s.owner_id), s.currency): s
             for s in lock(
@@ -356,12 +389,14 @@ def _write_chunk(
     return written, unchanged, skipped
 
 
-def _hold_closing(period: Period) -> None:
+def _hold_closing(period: Period, splits_used: list[int] | None = None) -> None:
     """In a write transaction: the period must still be closing, and stays so until the
     transaction ends. A run checks the status once, then computes for a long while; meanwhile
     the close may have finished, and a draft written now would sit in a closed period. The
     row is held FOR SHARE, not FOR UPDATE: the run's writers do not wait on one another,
-    while ``period_close_finish`` (FOR UPDATE) waits for them, then counts their drafts."""
+    while ``period_close_finish`` (FOR UPDATE) waits for them, then counts their drafts.
+    ``splits_used``: a redraft's splits must still be the period's, and are held FOR SHARE
+    too, so a whole run's replacing them waits until this transaction ends."""
     held = lock_shared(Period.objects.filter(pk=period.pk), "status")
     status = held[0][0] if held else "gone"
     if status != Period.Status.CLOSING:
@@ -371,10 +406,23 @@ def _hold_closing(period: Period) -> None:
                 "drafts were not written."
             }
         )
+    if splits_used is not None:
+        current = [row[0] for row in lock_shared(PoolSplit.objects.filter(period=period), "pk")]
+        if current != splits_used:
+            raise ValidationError(
+                {
+                    "period": f"The drafts of {period_label(period)} were recomputed while "
+                    "these were; the pool splits they were computed with are gone, so they "
+                    "were not written. Recompute them again."
+                }
+            )
 
 
 def _write_chunks_in_parallel(
-    period: Period, drafts: dict[StatementKey, Draft], chunks: list[list[StatementKey]]
+    period: Period,
+    drafts: dict[StatementKey, Draft],
+    chunks: list[list[StatementKey]],
+    splits_used: list[int] | None = None,
 ) -> list[tuple[int, int, int]]:
     """The chunks' transactions on ``WRITERS`` connections of their own, each thread taking
     the next chunk when done: the database parses the frozen inputs (most of a write) on
@@ -393,7 +441,7 @@ def _write_chunks_in_parallel(
                     chunk = None if errors else next(pending, None)
                 if chunk is None:
                     return
-                result = _write_chunk(period, drafts, chunk)
+                result = _write_chunk(period, drafts, chunk, splits_used)
                 with lock:
                     counts.append(result)
         except BaseException as exc:  # handed to the caller below

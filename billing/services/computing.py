@@ -16,6 +16,7 @@ longer holds for them.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import uuid
 from collections import defaultdict
@@ -34,6 +35,7 @@ from accounts.models import Disclosure, Owner
 from billing.engine.cells import CellUsage
 from billing.engine.document import document, gpu_frozen_json, iso, line_document, sha256_hex
 from billing.engine.intervals import Interval
+from billing.engine.money import money_context
 from billing.engine.statement import (
     GpuInputs,
     OwnershipSlice,
@@ -56,7 +58,7 @@ from billing.selectors.facts import (
     rate_terms_many,
 )
 from billing.selectors.usage import DaySums, cells_load_many
-from fleet.models import Cluster, Ownership, Placement
+from fleet.models import Cluster, Gpu, Ownership, Placement
 from telemetry.services.collector import collector_paused
 
 StatementKey = tuple[str, str]  # (owner id, currency)
@@ -222,7 +224,7 @@ def _redraft_facts(
     ):
         gpus_in[cluster_id].append(gpu_id)
     clusters = Cluster.objects.in_bulk(list(gpus_in))
-    splits = _splits_of(period, [g for ids in gpus_in.values() for g in ids])
+    splits = _splits_of(period, [g for ids in gpus_in.values() for g in ids], owner_ids)
     pools: dict[uuid.UUID, dict[str, Decimal]] = defaultdict(dict)
     for cluster_id, currency, total in (
         PoolRevenue.objects.filter(cluster_id__in=list(gpus_in), period_id=period.pk)
@@ -260,27 +262,105 @@ def _redraft_facts(
                 terms={c: terms[cluster_id, c] for c, _ in frozen},
             )
         )
+    _holdings_check(period, window, prepared, splits, set(owner_ids))
     return prepared, splits
 
 
-# The period's frozen splits with each GPU's part only for the GPUs asked about: a split holds
-# every GPU of its cluster (~60 KB of parts for 1,000 GPUs), picked in the database.
+class SplitNeedsOwners(ValidationError):
+    """A redraft must take these owners too: a GPU they hold or held with the owners being
+    redrafted changed hands since the split (``owners``: their ids)."""
+
+    def __init__(self, owners: set[str]) -> None:
+        super().__init__(
+            {
+                "period": f"{len(owners)} more owner(s) hold or held GPUs whose holdings "
+                "changed since the pool was split; recompute them together."
+            }
+        )
+        self.owners = owners
+
+
+def holdings_digest(fact: GpuFacts) -> str:
+    """A GPU's ownership slices in the window, as a short digest: who held what share when,
+    which every holder's lines of the GPU are split by."""
+    slices = [
+        [iso(s.interval.start), iso(s.interval.end), dict(sorted(s.shares.items()))]
+        for s in fact.ownership
+    ]
+    return hashlib.sha256(json.dumps(slices).encode()).hexdigest()[:32]
+
+
+def _holdings_check(
+    period: Period,
+    window: Interval,
+    prepared: list[ClusterFacts],
+    splits: dict[tuple[uuid.UUID, str], PoolSplit],
+    owners: set[str],
+) -> None:
+    """Refuses a redraft that would leave another owner's draft behind: a GPU of the split
+    that the owners hold now or held then, whose holdings changed since, must be redrafted
+    with every holder it had then and has now (``SplitNeedsOwners``); and one the owners held
+    then that is in none of their facts now must still be held, and placed in the cluster."""
+    facts = {(p.cluster.pk, f.gpu_id): f for p in prepared for f in p.facts}
+    needed: set[str] = set()
+    gone: dict[uuid.UUID, tuple[uuid.UUID, set[str]]] = {}
+    for (cluster_id, _), split in splits.items():
+        for key, (_, _, held, digest) in split.parts.items():
+            fact = facts.get((cluster_id, uuid.UUID(key)))
+            if fact is not None:
+                if holdings_digest(fact) != digest:
+                    needed |= set(held) | fact.owner_ids()
+            elif owners & set(held):
+                gone[uuid.UUID(key)] = (cluster_id, set(held))
+    if gone:
+        now: dict[uuid.UUID, set[str]] = defaultdict(set)
+        for gpu_id, owner_id in _holding(gone, window).values_list("gpu_id", "owner_id"):
+            now[gpu_id].add(str(owner_id))
+        for gpu_id, (cluster_id, held) in sorted(gone.items()):
+            holders = held | now[gpu_id]
+            if holders <= owners:  # redrafted with all its holders, yet not in the cluster
+                raise _split_refusal(
+                    Cluster.objects.get(pk=cluster_id),
+                    period,
+                    f"GPU {Gpu.objects.get(pk=gpu_id).serial} was in it when the pool was "
+                    "split, and is no longer, or is held by no one",
+                )
+            needed |= holders
+    if needed - owners:
+        raise SplitNeedsOwners(needed - owners)
+
+
+def _holding(gpu_ids: Collection[uuid.UUID], window: Interval) -> Any:
+    """Shares of these GPUs held at some time in the window (a fact's ownership slices)."""
+    return Ownership.objects.filter(gpu_id__in=list(gpu_ids), valid_from__lt=window.end).filter(
+        Q(valid_to__isnull=True) | Q(valid_to__gt=window.start)
+    )
+
+
+# The period's frozen splits with each GPU's part only for the GPUs asked about and those the
+# owners held when it was split: a split holds every GPU of its cluster (~60 KB of parts for
+# 1,000 GPUs), picked in the database.
 _SPLITS_OF = """
-SELECT s.cluster_id, s.currency, s.pool_basis, s.amount, s.total_weight, s.computed_at,
+SELECT s.id, s.cluster_id, s.currency, s.pool_basis, s.amount, s.total_weight, s.computed_at,
        (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb)
-          FROM jsonb_each(s.parts) AS e WHERE e.key = ANY(%(gpus)s::text[]))
+          FROM jsonb_each(s.parts) AS e
+         WHERE e.key = ANY(%(gpus)s::text[]) OR (e.value -> 2) ?| %(owners)s::text[])
   FROM billing_poolsplit s
  WHERE s.period_id = %(period)s
 """
 
 
 def _splits_of(
-    period: Period, gpu_ids: Collection[uuid.UUID]
+    period: Period, gpu_ids: Collection[uuid.UUID], owner_ids: Collection[str]
 ) -> dict[tuple[uuid.UUID, str], PoolSplit]:
     with connection.cursor() as cursor:
-        cursor.execute(_SPLITS_OF, {"period": period.pk, "gpus": [str(g) for g in gpu_ids]})
+        cursor.execute(
+            _SPLITS_OF,
+            {"period": period.pk, "gpus": [str(g) for g in gpu_ids], "owners": list(owner_ids)},
+        )
         return {
             (cluster_id, currency): PoolSplit(
+                id=split_id,
                 period_id=period.pk,
                 cluster_id=cluster_id,
                 currency=currency,
@@ -290,7 +370,7 @@ def _splits_of(
                 parts=json.loads(parts),  # Django's connection hands jsonb over as text
                 computed_at=computed_at,
             )
-            for cluster_id, currency, basis, amount, total_weight, computed_at, parts in (
+            for split_id, cluster_id, currency, basis, amount, total_weight, computed_at, parts in (
                 cursor.fetchall()
             )
         }
@@ -374,7 +454,12 @@ def _cluster_lines(
                         amount=pool_amount,
                         total_weight=str(pool.total_weight),
                         parts={
-                            str(fact.gpu_id): [gpu_weight(gpu, window, basis), str(parts[gpu.key])]
+                            str(fact.gpu_id): [
+                                gpu_weight(gpu, window, basis),
+                                str(parts[gpu.key]),
+                                sorted(fact.owner_ids()),
+                                holdings_digest(fact),
+                            ]
                             for fact, gpu in inputs
                         },
                         computed_at=timezone.now(),
@@ -422,8 +507,10 @@ def _cluster_lines(
 
 def gpu_weight(gpu: GpuInputs, window: Interval, basis: PoolBasis) -> str:
     """A GPU's weight in its cluster's pool split, as the split is frozen: its up seconds,
-    or its busy seconds (``pool_terms`` sums these)."""
-    measure = gpu.timeline.measure(window)
+    or its busy seconds (``pool_terms`` sums these). In the money context, as ``pool_split``
+    first measures it in a whole run (a measure is kept per window once computed)."""
+    with money_context():
+        measure = gpu.timeline.measure(window)
     return str(measure.up_s if basis is PoolBasis.UP_SECONDS else measure.busy_s)
 
 

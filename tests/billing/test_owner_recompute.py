@@ -11,10 +11,12 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from accounts.models import AuditEntry, Owner
-from billing.models import PoolRevenue, PoolSplit, Statement
+from billing.models import Adjustment, PoolRevenue, PoolSplit, Statement
+from billing.services import closing as closing_module
 from billing.services.closing import (
     owner_statements_recompute,
     period_close,
+    period_close_run,
     period_close_start,
 )
 from billing.services.computing import statements_compute
@@ -101,15 +103,19 @@ def test_a_whole_run_freezes_every_split_and_a_redraft_reproduces_its_drafts(
     for split in splits.values():
         # Every GPU of the cluster, whoever held it: the parts add up to the pool.
         assert set(split.parts) == gpus
-        assert sum(D(cents) for _, cents in split.parts.values()) == split.amount
+        assert sum(D(part[1]) for part in split.parts.values()) == split.amount
         # Up seconds: 3 + 2, 5, 7 and 11 hours.
-        assert {g: w for g, (w, _) in split.parts.items()} == {
+        assert {g: part[0] for g, part in split.parts.items()} == {
             str(world["gpus"][0].pk): "18000",
             str(world["gpus"][1].pk): "18000",
             str(world["gpus"][2].pk): "25200",
             str(world["gpus"][3].pk): "39600",
         }
         assert split.total_weight == "100800"
+        # Who held each GPU, and a digest of its holdings, to tell when it changed hands.
+        sn2 = split.parts[str(world["gpus"][1].pk)]
+        assert sn2[2] == sorted([str(world["alice"].pk), str(world["bob"].pk)])
+        assert len(sn2[3]) == 32
     assert splits["EUR"].amount == (D("1000.00") if len(currencies) == 1 else D("0.00"))
 
     whole = statements_compute(period=period, disclosure=disclosure)
@@ -140,10 +146,28 @@ def _transfer_late(world) -> None:
     s.own(sn2, world["bob"], 7_500, at)
 
 
+def _whole_run_agrees(world) -> None:
+    """Every stored draft is what a whole run would compute now: no owner left behind."""
+    whole = statements_compute(period=world["period"], disclosure=world["disclosure"])
+    assert {k: v[0] for k, v in _stored(world["period"]).items()} == {
+        k: d.sha256 for k, d in whole.items()
+    }
+
+
 def test_a_redraft_writes_that_owners_statements_alone(closing, oscar):
     period, alice = closing["period"], closing["alice"]
     before = _stored(period)
-    _transfer_late(closing)
+    # A correction of Alice's alone (at the data level: the services take adjustments only
+    # while a period is open).
+    Adjustment.objects.create(
+        owner=alice,
+        period=period,
+        currency="EUR",
+        amount=D("-12.34"),
+        reason="Credit for a late start",
+        source=Adjustment.Source.MANUAL,
+        created_by=oscar,
+    )
 
     run = owner_statements_recompute(period=period, owner=alice, by=oscar, reason="shares")
     assert (run.written, run.unchanged, run.removed) == (1, 0, 0)
@@ -166,6 +190,69 @@ def test_a_redraft_writes_that_owners_statements_alone(closing, oscar):
     # Again: nothing changed, nothing written.
     again = owner_statements_recompute(period=period, owner=alice, by=oscar)
     assert (again.written, again.unchanged) == (0, 1)
+    _whole_run_agrees(closing)
+
+
+def test_a_redraft_takes_every_holder_of_a_gpu_that_changed_hands(closing, oscar):
+    """Part of SN-2 passed from Alice to Bob, recorded late: redrafting Alice redrafts Bob
+    too, so neither draft bills SN-2 on shares the other's no longer says."""
+    period, alice, bob = closing["period"], closing["alice"], closing["bob"]
+    before = _stored(period)
+    _transfer_late(closing)
+    run = owner_statements_recompute(period=period, owner=alice, by=oscar, reason="shares")
+    assert (run.written, run.unchanged, run.removed) == (2, 0, 0)
+    after = _stored(period)
+    assert {k for k in before if after[k] != before[k]} == {
+        (str(alice.pk), "EUR"),
+        (str(bob.pk), "EUR"),
+    }
+    _whole_run_agrees(closing)
+    entry = AuditEntry.objects.get(action="billing.owner.recompute")
+    assert (entry.after or {})["owner_ids"] == sorted([str(alice.pk), str(bob.pk)])
+
+
+def test_a_gpu_the_owner_no_longer_holds_takes_its_new_holder(closing, oscar):
+    """SN-1, all Alice's, passed wholly to Carol on the 20th: redrafting Alice redrafts Carol,
+    the GPU's holder now, and SN-1's part of the pool stays on a draft."""
+    period, alice, carol = closing["period"], closing["alice"], closing["carol"]
+    sn1, at = closing["gpus"][0], MARCH[0] + dt.timedelta(days=20)
+    Ownership.objects.filter(gpu=sn1).update(valid_to=at)
+    s.own(sn1, carol, 10_000, at)
+    run = owner_statements_recompute(period=period, owner=alice, by=oscar)
+    assert run.written == 2
+    _whole_run_agrees(closing)
+
+
+def test_a_gpu_held_by_no_one_since_the_split_is_refused(closing, oscar):
+    period, alice = closing["period"], closing["alice"]
+    before = _stored(period)
+    Ownership.objects.filter(gpu=closing["gpus"][0]).update(valid_to=MARCH[0])
+    with pytest.raises(ValidationError, match="GPU SN-1 was in it when the pool was split"):
+        owner_statements_recompute(period=period, owner=alice, by=oscar)
+    assert _stored(period) == before
+
+
+def test_a_redraft_is_not_written_over_a_whole_run_made_meanwhile(closing, oscar, monkeypatch):
+    """An operator recomputes the whole period while another's redraft of Alice computes:
+    the redraft's splits are gone when it writes, so it writes nothing."""
+    period, alice = closing["period"], closing["alice"]
+    _transfer_late(closing)
+    compute = statements_compute
+
+    ran: list[bool] = []
+
+    def whole_run_meanwhile(**kwargs):
+        drafts = compute(**kwargs)
+        if not ran:  # the redraft's compute: a whole run lands before it writes
+            ran.append(True)
+            period_close_run(period=period, by=oscar)
+        return drafts
+
+    monkeypatch.setattr(closing_module, "statements_compute", whole_run_meanwhile)
+    with pytest.raises(ValidationError, match="the pool splits they were computed with are gone"):
+        owner_statements_recompute(period=period, owner=alice, by=oscar)
+    monkeypatch.undo()
+    _whole_run_agrees(closing)
 
 
 def test_another_owners_gpu_keeps_the_weight_the_run_froze(closing, oscar):
@@ -247,7 +334,15 @@ def test_only_a_closing_period_is_redrafted(world, oscar):
 def test_the_console_redrafts_the_selected_statements_owners(closing, oscar):
     period, alice = closing["period"], closing["alice"]
     before = _stored(period)
-    _transfer_late(closing)
+    Adjustment.objects.create(
+        owner=alice,
+        period=period,
+        currency="EUR",
+        amount=D("5.00"),
+        reason="Goodwill",
+        source=Adjustment.Source.MANUAL,
+        created_by=oscar,
+    )
     client = console_login(Client(), oscar)
     statement = Statement.objects.get(owner=alice)
     response = client.post(
