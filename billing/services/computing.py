@@ -46,7 +46,15 @@ from billing.engine.statement import (
     pool_split,
     pool_terms,
 )
-from billing.models import Adjustment, Payout, Period, PoolRevenue, PoolSplit, Statement
+from billing.models import (
+    Adjustment,
+    Payout,
+    Period,
+    PoolRevenue,
+    PoolSplit,
+    Statement,
+    StatementLine,
+)
 from billing.selectors.facts import (
     GpuFacts,
     cluster_gpu_ids,
@@ -224,7 +232,22 @@ def _redraft_facts(
     ):
         gpus_in[cluster_id].append(gpu_id)
     clusters = Cluster.objects.in_bulk(list(gpus_in))
-    splits = _splits_of(period, [g for ids in gpus_in.values() for g in ids], owner_ids)
+    # The GPUs they hold now, and those their drafts have lines for (as the last run or
+    # redraft wrote them): a GPU they held then and no longer hold is among the latter.
+    drafted = StatementLine.objects.filter(
+        statement__period_id=period.pk,
+        statement__owner_id__in=list(owner_ids),
+        gpu_id__isnull=False,
+    ).values_list("gpu_id", flat=True)
+    holding = {g for ids in gpus_in.values() for g in ids}
+    gone = set(drafted) - holding
+    # The splits of their clusters, and of any cluster a GPU they no longer hold was ever in.
+    split_clusters = set(gpus_in) | set(
+        Placement.objects.filter(gpu_id__in=list(gone)).values_list("node__cluster_id", flat=True)
+        if gone
+        else ()
+    )
+    splits = _splits_of(period, holding | gone, split_clusters)
     pools: dict[uuid.UUID, dict[str, Decimal]] = defaultdict(dict)
     for cluster_id, currency, total in (
         PoolRevenue.objects.filter(cluster_id__in=list(gpus_in), period_id=period.pk)
@@ -337,26 +360,29 @@ def _holding(gpu_ids: Collection[uuid.UUID], window: Interval) -> Any:
     )
 
 
-# The period's frozen splits with each GPU's part only for the GPUs asked about and those the
-# owners held when it was split: a split holds every GPU of its cluster (~60 KB of parts for
-# 1,000 GPUs), picked in the database.
+# Some clusters' frozen splits, with each GPU's part only for the GPUs asked about: a split
+# holds every GPU of its cluster (~100 KB of parts for 1,000 GPUs), picked in the database.
 _SPLITS_OF = """
 SELECT s.id, s.cluster_id, s.currency, s.pool_basis, s.amount, s.total_weight, s.computed_at,
        (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb)
           FROM jsonb_each(s.parts) AS e
-         WHERE e.key = ANY(%(gpus)s::text[]) OR (e.value -> 2) ?| %(owners)s::text[])
+         WHERE e.key = ANY(%(gpus)s::text[]))
   FROM billing_poolsplit s
- WHERE s.period_id = %(period)s
+ WHERE s.period_id = %(period)s AND s.cluster_id = ANY(%(clusters)s::uuid[])
 """
 
 
 def _splits_of(
-    period: Period, gpu_ids: Collection[uuid.UUID], owner_ids: Collection[str]
+    period: Period, gpu_ids: Collection[uuid.UUID], cluster_ids: Collection[uuid.UUID]
 ) -> dict[tuple[uuid.UUID, str], PoolSplit]:
     with connection.cursor() as cursor:
         cursor.execute(
             _SPLITS_OF,
-            {"period": period.pk, "gpus": [str(g) for g in gpu_ids], "owners": list(owner_ids)},
+            {
+                "period": period.pk,
+                "gpus": [str(g) for g in gpu_ids],
+                "clusters": [str(c) for c in cluster_ids],
+            },
         )
         return {
             (cluster_id, currency): PoolSplit(
