@@ -154,20 +154,24 @@ def _whole_run_agrees(world) -> None:
     }
 
 
+def _adjusted(world, by, amount: str) -> None:
+    """A correction of Alice's alone (at the data level: the services take adjustments only
+    while a period is open)."""
+    Adjustment.objects.create(
+        owner=world["alice"],
+        period=world["period"],
+        currency="EUR",
+        amount=D(amount),
+        reason="Credit for a late start",
+        source=Adjustment.Source.MANUAL,
+        created_by=by,
+    )
+
+
 def test_a_redraft_writes_that_owners_statements_alone(closing, oscar):
     period, alice = closing["period"], closing["alice"]
     before = _stored(period)
-    # A correction of Alice's alone (at the data level: the services take adjustments only
-    # while a period is open).
-    Adjustment.objects.create(
-        owner=alice,
-        period=period,
-        currency="EUR",
-        amount=D("-12.34"),
-        reason="Credit for a late start",
-        source=Adjustment.Source.MANUAL,
-        created_by=oscar,
-    )
+    _adjusted(closing, oscar, "-12.34")
 
     run = owner_statements_recompute(period=period, owner=alice, by=oscar, reason="shares")
     assert (run.written, run.unchanged, run.removed) == (1, 0, 0)
@@ -334,15 +338,7 @@ def test_only_a_closing_period_is_redrafted(world, oscar):
 def test_the_console_redrafts_the_selected_statements_owners(closing, oscar):
     period, alice = closing["period"], closing["alice"]
     before = _stored(period)
-    Adjustment.objects.create(
-        owner=alice,
-        period=period,
-        currency="EUR",
-        amount=D("5.00"),
-        reason="Goodwill",
-        source=Adjustment.Source.MANUAL,
-        created_by=oscar,
-    )
+    _adjusted(closing, oscar, "5.00")
     client = console_login(Client(), oscar)
     statement = Statement.objects.get(owner=alice)
     response = client.post(
