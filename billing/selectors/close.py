@@ -16,11 +16,12 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q
 
 from accounts.models import Owner
 from billing.engine.intervals import Interval, intersect, subtract
-from billing.models import Period, PoolRevenue, Rental, Statement
+from billing.models import Period, Rental, Statement
+from billing.selectors.facts import pool_amounts
 from billing.services.computing import cluster_facts, clusters_in
 from fleet.models import Cluster
 
@@ -120,14 +121,7 @@ def close_inputs(*, period: Period) -> CloseInputs:
         .annotate(n=Count("pk"))
         .order_by()
     )
-    pools: dict[uuid.UUID, dict[str, Decimal]] = defaultdict(dict)
-    for cluster_id, currency, total in (
-        PoolRevenue.objects.filter(period=period)
-        .values_list("cluster_id", "currency")
-        .annotate(total=Sum("amount"))
-        .order_by("cluster_id", "currency")
-    ):
-        pools[cluster_id][currency] = total
+    pools = pool_amounts(period_id=period.pk)
     gaps: list[RateGap] = []
     revenue: list[ClusterRevenue] = []
     for cluster_id in cluster_ids:

@@ -14,14 +14,15 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection, models
-from django.db.models import Q
+from django.db.models import Q, Sum
 
 from billing.engine.intervals import Interval, intersect
 from billing.engine.statement import OwnershipSlice, PoolBasis, RateTerms, Rental
-from billing.models import ClusterBilling, RateCard, RentalGpu
+from billing.models import ClusterBilling, PoolRevenue, RateCard, RentalGpu
 from billing.models import Rental as RentalRow
 from core.instants import iso_z
 from fleet.models import (
@@ -355,6 +356,24 @@ def cluster_gpu_ids(*, cluster_id: uuid.UUID, start: datetime, end: datetime) ->
         .values_list("gpu_id", flat=True)
         .distinct()
     )
+
+
+def pool_amounts(
+    *, period_id: int, cluster_ids: Collection[uuid.UUID] | None = None
+) -> dict[uuid.UUID, dict[str, Decimal]]:
+    """The pool revenue entered for a period, per cluster and currency, summed (every
+    cluster's, or these clusters')."""
+    rows = PoolRevenue.objects.filter(period_id=period_id)
+    if cluster_ids is not None:
+        rows = rows.filter(cluster_id__in=list(cluster_ids))
+    pools: dict[uuid.UUID, dict[str, Decimal]] = defaultdict(dict)
+    for cluster_id, currency, total in (
+        rows.values_list("cluster_id", "currency")
+        .annotate(total=Sum("amount"))
+        .order_by("cluster_id", "currency")
+    ):
+        pools[cluster_id][currency] = total
+    return pools
 
 
 def rate_terms(

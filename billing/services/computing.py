@@ -28,7 +28,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Exists, OuterRef, Q, Sum
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from accounts.models import Disclosure, Owner
@@ -50,7 +50,6 @@ from billing.models import (
     Adjustment,
     Payout,
     Period,
-    PoolRevenue,
     PoolSplit,
     Statement,
     StatementLine,
@@ -60,6 +59,7 @@ from billing.selectors.facts import (
     cluster_gpu_ids,
     gpu_facts,
     gpu_facts_by_cluster,
+    pool_amounts,
     pool_basis_in_force,
     rate_boundaries,
     rate_terms,
@@ -138,12 +138,7 @@ def cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> Cl
         return None
     facts = gpu_facts(gpu_ids=ids, start=window.start, end=window.end, cluster_id=cluster_id)
     currency_of = _currencies_of(facts)
-    pools = dict(
-        PoolRevenue.objects.filter(cluster_id=cluster_id, period_id=period.pk)
-        .values_list("currency")
-        .annotate(total=Sum("amount"))
-        .order_by()
-    )
+    pools = pool_amounts(period_id=period.pk, cluster_ids=[cluster_id])[cluster_id]
     return _prepared(
         period,
         window,
@@ -248,14 +243,7 @@ def _redraft_facts(
         else ()
     )
     splits = _splits_of(period, holding | gone, split_clusters)
-    pools: dict[uuid.UUID, dict[str, Decimal]] = defaultdict(dict)
-    for cluster_id, currency, total in (
-        PoolRevenue.objects.filter(cluster_id__in=list(gpus_in), period_id=period.pk)
-        .values_list("cluster_id", "currency")
-        .annotate(total=Sum("amount"))
-        .order_by()
-    ):
-        pools[cluster_id][currency] = total
+    pools = pool_amounts(period_id=period.pk, cluster_ids=gpus_in)
     facts = gpu_facts_by_cluster(gpu_ids=gpus_in, start=window.start, end=window.end)
     currency_of = _currencies_of([f for listed in facts.values() for f in listed])
     for cluster_id in gpus_in:
