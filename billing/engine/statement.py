@@ -149,8 +149,14 @@ def _owner_runs(slices: Sequence[OwnershipSlice], period: Interval) -> list[_Run
     return sorted(runs, key=lambda r: (r.interval.start, r.owner))
 
 
+def pool_weight(measure: Measure, basis: PoolBasis) -> Decimal | int:
+    """A GPU's weight in its cluster's pool split: up seconds, or busy seconds (utilization ×
+    up seconds; the same ratios as busy GPU-hours, without dividing by 3600)."""
+    return measure.up_s if basis is PoolBasis.UP_SECONDS else measure.busy_s
+
+
 def _basis(measure: Measure, basis: PoolBasis) -> Fraction:
-    return Fraction(measure.up_s) if basis is PoolBasis.UP_SECONDS else Fraction(measure.busy_s)
+    return Fraction(pool_weight(measure, basis))
 
 
 def _rental_exact(gpu: GpuInputs, window: Interval) -> Fraction:
@@ -254,10 +260,10 @@ def pool_terms(
     """What ``pool_split`` divides: the amount, and the weights of all the cluster's GPUs
     summed (up seconds, or busy seconds), so a GPU's part can be checked from its own
     weight: it is amount × weight ÷ total weight, rounded down or up to the cent."""
-    weights = [g.timeline.measure(period) for g in gpus]
+    weights = [pool_weight(g.timeline.measure(period), pool_basis) for g in gpus]
     if pool_basis is PoolBasis.UP_SECONDS:
-        return PoolTerms(pool_amount, sum(m.up_s for m in weights))
-    return PoolTerms(pool_amount, sum((m.busy_s for m in weights), Decimal(0)))
+        return PoolTerms(pool_amount, sum(weights))
+    return PoolTerms(pool_amount, sum(weights, Decimal(0)))
 
 
 def gpu_lines(

@@ -36,8 +36,9 @@ from billing.engine.statement import (
     PoolBasis,
     RateTerms,
     gpu_lines,
+    pool_weight,
 )
-from billing.engine.usage import Measure, exact_decimal
+from billing.engine.usage import exact_decimal
 
 SECONDS_PER_HOUR = 3600
 
@@ -45,12 +46,6 @@ SECONDS_PER_HOUR = 3600
 def _six(value: Fraction | Decimal) -> str:
     exact = exact_decimal(value) if isinstance(value, Fraction) else value
     return str(exact.quantize(SIX, rounding=ROUND_HALF_EVEN))
-
-
-def _weight(measure: Measure, basis: PoolBasis) -> Decimal | int:
-    """A GPU's pool weight: up seconds, or busy seconds (utilization × up seconds; the same
-    ratios as busy GPU-hours, without dividing by 3600)."""
-    return measure.up_s if basis is PoolBasis.UP_SECONDS else measure.busy_s
 
 
 def _span(cells: CellUsage, run: Interval) -> Interval:
@@ -120,8 +115,8 @@ def line_terms(
     whole = cells.measure(period)
     run = line.interval
     span = _span(cells, run)
-    weight = _weight(whole, basis)
-    run_weight = _weight(cells.measure(run), basis)
+    weight = pool_weight(whole, basis)
+    run_weight = pool_weight(cells.measure(run), basis)
     pool_part = Decimal(entry["pool_cents"])
     rentals = _rentals(gpu, run)
     rental_exact = sum(

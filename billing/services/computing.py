@@ -45,6 +45,7 @@ from billing.engine.statement import (
     gpu_lines,
     pool_split,
     pool_terms,
+    pool_weight,
 )
 from billing.models import (
     Adjustment,
@@ -469,7 +470,7 @@ def _cluster_lines(
                         total_weight=str(pool.total_weight),
                         parts={
                             str(fact.gpu_id): [
-                                gpu_weight(gpu, window, basis),
+                                gpu_weight(usage[fact.gpu_id], window, basis),
                                 str(parts[gpu.key]),
                                 sorted(fact.owner_ids()),
                                 holdings_digest(fact),
@@ -519,13 +520,11 @@ def _cluster_lines(
                 drafts[owner, currency].gpus.append(frozen_gpu)
 
 
-def gpu_weight(gpu: GpuInputs, window: Interval, basis: PoolBasis) -> str:
-    """A GPU's weight in its cluster's pool split, as the split is frozen: its up seconds,
-    or its busy seconds (``pool_terms`` sums these). In the money context, as ``pool_split``
-    first measures it in a whole run (a measure is kept per window once computed)."""
+def gpu_weight(usage: CellUsage, window: Interval, basis: PoolBasis) -> str:
+    """A GPU's ``pool_weight`` as the split is frozen (text). Measured in the money context,
+    as ``pool_split`` first measures it in a whole run (a measure is kept once computed)."""
     with money_context():
-        measure = gpu.timeline.measure(window)
-    return str(measure.up_s if basis is PoolBasis.UP_SECONDS else measure.busy_s)
+        return str(pool_weight(usage.measure(window), basis))
 
 
 def _weight_of_text(text: str, basis: PoolBasis) -> Decimal | int:
@@ -560,8 +559,7 @@ def _frozen_splits(
                 raise _split_refusal(
                     cluster, period, f"GPU {fact.serial} was not in it when the pool was split"
                 )
-            gpu = GpuInputs(key=fact.serial, timeline=usage[fact.gpu_id], ownership=[])
-            now = gpu_weight(gpu, window, basis)
+            now = gpu_weight(usage[fact.gpu_id], window, basis)
             if now != then[0]:
                 raise _split_refusal(
                     cluster,
