@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -132,6 +133,9 @@ class CellUsage:
     _measured: dict[Interval, Measure] = field(init=False, repr=False, default_factory=dict)
     # Only for plain cells (``of_sorted``): the seconds of the cells before each, summed.
     _plain: Sequence[int] | None = field(init=False, repr=False, compare=False, default=None)
+    # Only for cells without partial hours (``of_sorted``): their JSON text with the four
+    # telemetry figures of each cell left as fields (``cells_json_template``).
+    _json: str | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         self.cells = sorted(self.cells, key=lambda c: c.interval.start)
@@ -139,20 +143,35 @@ class CellUsage:
 
     @classmethod
     def of_sorted(
-        cls, cells: list[Cell], *, plain_seconds: Sequence[int] | None = None
+        cls,
+        cells: list[Cell],
+        *,
+        plain_seconds: Sequence[int] | None = None,
+        json_template: str | None = None,
     ) -> CellUsage:
         """The same for cells already in time order (a close's ~310k: no sort, no key call).
 
         ``plain_seconds``: every cell is plain — in service, no maintenance, incident or
         operator incident, no partial hour (most GPUs of a close) — and these are the seconds
         of the cells before each (``[0, s0, s0 + s1, …]``, shared by every GPU cut alike):
-        a measure is then a few sums taken in C (``_plain_measure``)."""
+        a measure is then a few sums taken in C (``_plain_measure``).
+
+        ``json_template``: no cell has a partial hour, and this is ``cells_json_template`` of
+        their heads (shared, as ``plain_seconds``, by every GPU cut alike): ``cells_json``
+        then fills it in one formatting."""
         usage = cls.__new__(cls)
         usage.cells = cells
         usage._starts = [c[0][0] for c in cells]
         usage._measured = {}
         usage._plain = plain_seconds
+        usage._json = json_template
         return usage
+
+    def cells_json(self) -> str:
+        """``cells_json_text(self.cells)``; from the template where there is one."""
+        if self._json is None:
+            return cells_json_text(self.cells)
+        return self._json % tuple(chain.from_iterable(map(_TELEMETRY, self.cells)))
 
     @property
     def span(self) -> Interval:
@@ -239,6 +258,7 @@ class CellUsage:
 
 
 _UP, _DOWN, _BUSY, _ENERGY = (itemgetter(i) for i in (5, 6, 7, 8))
+_TELEMETRY = itemgetter(5, 6, 7, 8)
 
 
 def _plain_measure(cells: Sequence[Cell], in_service: int) -> Measure:
@@ -296,6 +316,15 @@ def cells_json_text(cells: Sequence[Cell]) -> str:
 
 # A cell without partial hours, after its head (see ``Cell.to_json_text``).
 _WHOLE_HOURS_CELL = '%s%d, %d, "%s", "%s", []]'
+
+
+def cells_json_template(heads: Sequence[tuple[Interval, bool, bool, bool, bool]]) -> str:
+    """The JSON text of cells with these heads (bounds and flags) and no partial hours,
+    each cell's up and down seconds, busy and energy left as ``%d, %d, "%s", "%s"``: filled
+    with those four of each cell in turn, it is ``cells_json_text`` of the cells (``%s`` is
+    ``str()`` of a Decimal). A close fills one per GPU; most GPUs share theirs."""
+    tail = _WHOLE_HOURS_CELL[2:]
+    return "[" + ", ".join(_json_head(*head).replace("%", "%%") + tail for head in heads) + "]"
 
 
 def _parse(text: str) -> datetime:

@@ -21,7 +21,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing.engine.cells import Cell, CellUsage, cells_json_text
+from billing.engine.cells import Cell, CellUsage
 from billing.engine.intervals import Interval
 from billing.engine.money import half_even_div, money_context
 from billing.engine.statement import (
@@ -218,7 +218,7 @@ def gpu_frozen_json(
 ) -> str:
     """``json.dumps({**gpu_frozen(…), "events": events})`` (default separators, ASCII), the
     same text built without the per-cell lists: most of a close's frozen inputs are cells."""
-    cells = cells_json_text(_cells_of(gpu).cells)
+    cells = _cells_of(gpu).cells_json()
     head = json.dumps(
         _frozen_head(
             gpu_id=gpu_id,

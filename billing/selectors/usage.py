@@ -19,6 +19,7 @@ rata of 60 s.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import uuid
@@ -32,7 +33,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from billing.engine.cells import Cell, CellUsage, PartialHour
+from billing.engine.cells import Cell, CellUsage, PartialHour, cells_json_template
 from billing.engine.intervals import Interval, normalize
 from billing.engine.usage import (
     BUSY_QUANTUM,
@@ -361,6 +362,11 @@ class _Shape:
             list(seconds) if seconds is not None else None,
         )
 
+    @functools.cached_property
+    def json_template(self) -> str:
+        """The cells' JSON text to fill (``cells_json_template``), made once per shape."""
+        return cells_json_template(self.heads)
+
 
 def cells_load(
     *,
@@ -487,6 +493,7 @@ def cells_load_many(
         cells: list[Cell] = []
         days_at = shape.days_at if by_day else shape.no_days
         plain_seconds = shape.plain_seconds  # unless a cell has a partial hour
+        whole_hours = True  # no cell has a partial hour
         for i, head in enumerate(shape.heads):
             idx = first + i
             day = days_at[i]
@@ -511,6 +518,7 @@ def cells_load_many(
                 else:
                     partial.append(PartialHour(hour, busy, energy_mj_s))
                     plain_seconds = None
+                    whole_hours = False
             cells.append(
                 Cell(
                     interval=bounds,
@@ -526,7 +534,11 @@ def cells_load_many(
                 )
             )
         # Cut in time order.
-        usages[group][fact.gpu_id] = CellUsage.of_sorted(cells, plain_seconds=plain_seconds)
+        usages[group][fact.gpu_id] = CellUsage.of_sorted(
+            cells,
+            plain_seconds=plain_seconds,
+            json_template=shape.json_template if whole_hours else None,
+        )
     return usages
 
 

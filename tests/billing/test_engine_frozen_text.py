@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.engine.cells import Cell, PartialHour, cells_json_text
+from billing.engine.cells import Cell, CellUsage, PartialHour, cells_json_template, cells_json_text
 from billing.engine.document import (
     _availability,
     _utilization,
@@ -68,6 +68,17 @@ def cell(draw: Any) -> Cell:
 @given(cells=st.lists(cell(), max_size=40))
 def test_cells_text_is_json_dumps_of_their_lists(cells):
     assert cells_json_text(cells) == json.dumps([c.to_json() for c in cells])
+
+
+@settings(max_examples=300, deadline=None)
+@given(cells=st.lists(cell().map(lambda c: c._replace(partial=())), max_size=40))
+def test_cells_filled_into_their_template_are_their_text(cells):
+    """A close fills one template per shape of cut (``cells_json_template`` of the cells'
+    bounds and flags) with each GPU's figures: the same text, Decimals in scientific
+    notation included."""
+    heads = [c[:5] for c in cells]
+    usage = CellUsage.of_sorted(cells, json_template=cells_json_template(heads))
+    assert usage.cells_json() == cells_json_text(cells) == json.dumps([c.to_json() for c in cells])
 
 
 TEXT = st.text(
