@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from accounts.models import Owner, User
-from billing.models.fields import money_field
+from billing.models.fields import JsonTextField, money_field
 from billing.models.periods import Period
 from fleet.models import Gpu
 
@@ -36,7 +36,7 @@ class Statement(models.Model):
     adjustments_total = money_field()
     payouts_total = money_field()
     closing_balance = money_field()
-    frozen_inputs = models.JSONField(help_text="Everything the figures were computed from.")
+    frozen_inputs = JsonTextField(help_text="Everything the figures were computed from.")
     content_sha256 = models.CharField(max_length=64)
     disclosure_version = models.CharField(max_length=32)
     disclosure_sha256 = models.CharField(max_length=64)

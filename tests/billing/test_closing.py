@@ -282,6 +282,17 @@ def test_frozen_inputs_are_written_as_the_text_computed(transfer_world, oscar, d
         assert json.dumps(draft.frozen) == draft.frozen_json
         stored = Statement.objects.get(owner_id=owner, currency=currency)
         assert stored.frozen_inputs == draft.frozen
+        # Kept as ``json``, byte for byte (billing migration 0011), and read back the same
+        # whichever way the ORM reads it.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT frozen_inputs::text, pg_typeof(frozen_inputs)::text"
+                " FROM billing_statement WHERE id = %s",
+                [stored.pk],
+            )
+            assert cursor.fetchone() == (draft.frozen_json, "json")
+        values = Statement.objects.filter(pk=stored.pk).values_list("frozen_inputs", flat=True)
+        assert values.get() == draft.frozen
         (gpu,) = draft.frozen["gpus"]
         assert len(gpu["cells"]) == 32  # 31 days, the transfer's day cut at 12:00:30
 
