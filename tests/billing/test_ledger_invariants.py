@@ -89,7 +89,8 @@ def test_published_statement_and_its_lines_reject_every_change(
     with pytest.raises(IntegrityError, match="is published and cannot be changed or deleted"):
         _raw("DELETE FROM billing_statement WHERE id = %s", statement.pk)
     with pytest.raises(IntegrityError, match="its lines cannot be added, changed or deleted"):
-        _raw("UPDATE billing_statementline SET net = 0, gross = 9 WHERE id = %s", line.pk)
+        # A change that would otherwise be valid (net = gross - fees): only the guard refuses it.
+        _raw("UPDATE billing_statementline SET net = 1, gross = 9 WHERE id = %s", line.pk)
     with (
         pytest.raises(IntegrityError, match="its lines cannot be added, changed or deleted"),
         transaction.atomic(),
@@ -102,6 +103,45 @@ def test_published_statement_and_its_lines_reject_every_change(
         _line(statement, gpu, position=2)
     statement.refresh_from_db()
     assert statement.closing_balance == Decimal("12.00")
+
+
+def test_lines_are_guarded_per_statement_whatever_rows_it_touches(
+    alice_owner, bob_owner, period, gpu, oscar, alice
+):
+    """The guard runs once per SQL statement over all the rows it touched (migration
+    0012): one that touches a draft's lines and a published statement's together is
+    refused whole, a line moved into or out of a published statement is refused, and the
+    same statements on drafts alone pass."""
+    draft = _statement(bob_owner, period)
+    published = _statement(alice_owner, period)
+    draft_line = _line(draft, gpu)
+    published_line = _line(published, gpu)
+    _publish(published, oscar, alice)
+    columns = ", ".join(
+        str(f.column)
+        for f in StatementLine._meta.concrete_fields
+        if f.column not in ("id", "position")
+    )
+    copy_both = (
+        f"INSERT INTO billing_statementline (position, {columns}) SELECT position + 10, "  # noqa: S608
+        f"{columns} FROM billing_statementline WHERE id = ANY(%s)"
+    )
+    with pytest.raises(IntegrityError, match=f"Statement {published.pk} is published"):
+        _raw(copy_both, [draft_line.pk, published_line.pk])
+    with pytest.raises(IntegrityError, match=f"Statement {published.pk} is published"):
+        _raw("DELETE FROM billing_statementline WHERE id = ANY(%s)",
+             [draft_line.pk, published_line.pk])  # fmt: skip
+    for moved, to in ((draft_line, published), (published_line, draft)):
+        with pytest.raises(IntegrityError, match=f"Statement {published.pk} is published"):
+            _raw("UPDATE billing_statementline SET statement_id = %s, position = 99 "
+                 "WHERE id = %s", to.pk, moved.pk)  # fmt: skip
+    assert sorted(StatementLine.objects.values_list("statement_id", "position")) == sorted(
+        [(draft.pk, 1), (published.pk, 1)]
+    )
+    _raw(copy_both, [draft_line.pk])  # a draft's lines alone: allowed
+    _raw("UPDATE billing_statementline SET net = 1, gross = 9 WHERE statement_id = %s", draft.pk)
+    _raw("DELETE FROM billing_statementline WHERE statement_id = %s", draft.pk)
+    assert list(StatementLine.objects.values_list("statement_id", flat=True)) == [published.pk]
 
 
 def _truncate(tables):
