@@ -52,7 +52,7 @@ from billing.engine.statement import (
 from billing.models import Period, PoolRevenue, Statement, StatementLine
 from billing.selectors.facts import GpuFacts, rate_boundaries
 from billing.selectors.usage import cells_load_many
-from billing.services.computing import ClusterFacts, cluster_facts, clusters_in
+from billing.services.computing import ClusterFacts, clusters_facts, clusters_in
 from fleet.models import Ownership, Placement
 from telemetry.services.collector import collector_paused
 
@@ -209,11 +209,7 @@ def _preliminary_lines(
     window = Interval(period.start, min(until, period.end))
     period_seconds = int((period.end - period.start).total_seconds())
     with collector_paused():
-        prepared = [
-            p
-            for p in (cluster_facts(period, window, c) for c in clusters_in(window, wanted))
-            if p is not None
-        ]
+        prepared = clusters_facts(period, window, clusters_in(window, wanted))
         groups = []
         for p in prepared:
             chosen = p.facts if _whole_cluster(p, window) else _held_by(p, wanted)

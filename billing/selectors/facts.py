@@ -350,10 +350,18 @@ def _slices(
 
 def cluster_gpu_ids(*, cluster_id: uuid.UUID, start: datetime, end: datetime) -> list[uuid.UUID]:
     """GPUs placed in the cluster at any time in ``[start, end)``."""
+    return [g for _, g in cluster_gpu_ids_many(cluster_ids=[cluster_id], start=start, end=end)]
+
+
+def cluster_gpu_ids_many(
+    *, cluster_ids: Collection[uuid.UUID], start: datetime, end: datetime
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """(cluster, GPU) for every GPU placed in one of these clusters at any time in
+    ``[start, end)``, once each."""
     return list(
-        Placement.objects.filter(node__cluster_id=cluster_id, valid_from__lt=end)
+        Placement.objects.filter(node__cluster_id__in=list(cluster_ids), valid_from__lt=end)
         .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
-        .values_list("gpu_id", flat=True)
+        .values_list("node__cluster_id", "gpu_id")
         .distinct()
     )
 

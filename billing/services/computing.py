@@ -20,7 +20,7 @@ import hashlib
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -57,8 +57,7 @@ from billing.models import (
 )
 from billing.selectors.facts import (
     GpuFacts,
-    cluster_gpu_ids,
-    gpu_facts,
+    cluster_gpu_ids_many,
     gpu_facts_by_cluster,
     pool_amounts,
     pool_basis_in_force,
@@ -134,22 +133,53 @@ def day_boundaries(window: Interval) -> set[datetime]:
 
 
 def cluster_facts(period: Period, window: Interval, cluster_id: uuid.UUID) -> ClusterFacts | None:
-    ids = cluster_gpu_ids(cluster_id=cluster_id, start=window.start, end=window.end)
-    if not ids:
-        return None
-    facts = gpu_facts(gpu_ids=ids, start=window.start, end=window.end, cluster_id=cluster_id)
-    currency_of = _currencies_of(facts)
-    pools = pool_amounts(period_id=period.pk, cluster_ids=[cluster_id])[cluster_id]
-    return _prepared(
-        period,
-        window,
-        Cluster.objects.get(pk=cluster_id),
-        facts,
-        currency_of,
-        pools,
-        basis=pool_basis_in_force(cluster_id=cluster_id, at=period.start),
-        currencies=sorted(set(currency_of.values())),
+    """What one cluster's lines are computed from; None when no GPU was placed in it."""
+    prepared = clusters_facts(period, window, [cluster_id])
+    return prepared[0] if prepared else None
+
+
+def clusters_facts(
+    period: Period, window: Interval, cluster_ids: Sequence[uuid.UUID]
+) -> list[ClusterFacts]:
+    """``cluster_facts`` of each of these clusters that had a GPU placed in it during
+    ``window``, in the order given, from one set of queries for all of them (a close's facts,
+    rate cards, holders and pools read once, not once per cluster)."""
+    gpus_in: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+    for cluster_id, gpu_id in cluster_gpu_ids_many(
+        cluster_ids=cluster_ids, start=window.start, end=window.end
+    ):
+        gpus_in[cluster_id].append(gpu_id)
+    if not gpus_in:
+        return []
+    facts = gpu_facts_by_cluster(gpu_ids=gpus_in, start=window.start, end=window.end)
+    currency_of = _currencies_of([f for listed in facts.values() for f in listed])
+    holders = {c: {o: currency_of[o] for f in facts[c] for o in f.owner_ids()} for c in gpus_in}
+    terms = rate_terms_many(
+        keys=[(c, currency) for c, held in holders.items() for currency in set(held.values())],
+        start=window.start,
+        end=window.end,
     )
+    pools = pool_amounts(period_id=period.pk, cluster_ids=gpus_in)
+    clusters = Cluster.objects.in_bulk(list(gpus_in))
+    prepared = []
+    for cluster_id in cluster_ids:
+        if cluster_id not in gpus_in:
+            continue
+        currencies = sorted(set(holders[cluster_id].values()))
+        prepared.append(
+            _prepared(
+                period,
+                window,
+                clusters[cluster_id],
+                facts[cluster_id],
+                holders[cluster_id],
+                pools[cluster_id],
+                basis=pool_basis_in_force(cluster_id=cluster_id, at=period.start),
+                currencies=currencies,
+                terms={c: terms[cluster_id, c] for c in currencies},
+            )
+        )
+    return prepared
 
 
 def _currencies_of(facts: Collection[GpuFacts]) -> dict[str, str]:
@@ -625,11 +655,7 @@ def _statements_compute(
         if reuse_split and owner_ids is not None:
             prepared, frozen = _redraft_facts(period, window, owner_ids)
         else:
-            prepared = [
-                p
-                for p in (cluster_facts(period, window, c) for c in clusters_in(window, owner_ids))
-                if p is not None
-            ]
+            prepared = clusters_facts(period, window, clusters_in(window, owner_ids))
         # One pass over the rollups for every cluster (per cluster, each would scan them again).
         usages = cells_load_many(
             groups=[(p.facts, {f.gpu_id: p.cuts for f in p.facts}) for p in prepared],
