@@ -232,7 +232,7 @@ def _day_table() -> float:
 
     days = [START + DAY * i for i in range((END - START).days)]
     t = time.perf_counter()
-    DaySums.read(days).by_gpu_day()
+    DaySums.read(days).by_gpu()
     return time.perf_counter() - t
 
 

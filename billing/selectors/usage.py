@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from itertools import repeat
+from operator import add
 from typing import Any
 
 from django.db import connection, transaction
@@ -175,13 +177,18 @@ TRUNCATE billing_usage_cell, billing_usage_range;
 CellTail = tuple[int, int, Decimal, Decimal, tuple[()]]
 
 
+# A day without a rollup: nothing observed.
+NOTHING: CellTail = (0, 0, Decimal(0), Decimal(0), ())
+
+
 class DaySums:
-    """Every GPU's daily rollups for whole UTC days, as ``by_gpu_day()``: (GPU id as text,
-    day) → (up, down, busy, energy, ()), the tail of that day's cell — up being up and
-    degraded seconds, as the cells count them.
+    """Every GPU's daily rollups for whole UTC days, as ``by_gpu()``: GPU id as text → per
+    day of ``days``, in order, (up, down, busy, energy, ()), the tail of that day's cell — up
+    being up and degraded seconds, as the cells count them; ``NOTHING`` for a day without a
+    rollup. A GPU cut into whole days in a row takes its cells' tails as one slice.
 
     ``DaySums.start`` reads them on a connection of its own, in a thread, while the caller
-    goes on loading facts and cutting cells; ``by_gpu_day()`` waits for it. The sums are the
+    goes on loading facts and cutting cells; ``by_gpu()`` waits for it. The sums are the
     same as from the caller's connection whenever it sees the same committed rollups, so this
     is only for a caller outside a transaction (``start`` returns None inside one: a thread
     could not see its writes). ``DaySums.read`` reads them at once, on the caller's connection.
@@ -190,7 +197,8 @@ class DaySums:
     def __init__(self, days: Sequence[datetime], gpus: Collection[str] | None = None) -> None:
         self.days = list(days)
         self.gpus = None if gpus is None else sorted(gpus)  # None: every GPU
-        self._sums: dict[tuple[str, datetime], CellTail] = {}
+        self.position = {day: i for i, day in enumerate(self.days)}
+        self._sums: dict[str, list[CellTail]] = {}
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -214,28 +222,34 @@ class DaySums:
         sums._thread.start()
         return sums
 
-    def _query(self) -> dict[tuple[str, datetime], CellTail]:
+    def _query(self) -> dict[str, list[CellTail]]:
         first = self.days[0].date()
-        at = {(day.date() - first).days: day for day in self.days}
+        # A day's position in ``days`` from its distance to the first (days need not follow
+        # one another).
+        slot = {(day.date() - first).days: i for i, day in enumerate(self.days)}
+        empty = [NOTHING] * len(self.days)
+        sums: dict[str, list[CellTail]] = {}
         with connection.cursor() as cursor:
             cursor.execute(
                 _DAILY_SUMS if self.gpus is None else _DAILY_SUMS_OF,
                 {"first": first, "days": [day.date() for day in self.days], "gpus": self.gpus},
             )
-            return {
-                (gpu_key, at[i]): (up, down, busy, energy, ())
-                for i, gpu_key, up, down, busy, energy in cursor.fetchall()
-            }
+            for i, gpu_key, up, down, busy, energy in cursor.fetchall():
+                tails = sums.get(gpu_key)
+                if tails is None:
+                    tails = sums[gpu_key] = empty.copy()
+                tails[slot[i]] = (up, down, busy, energy, ())
+        return sums
 
     def _run(self) -> None:
         try:
             self._sums = self._query()  # on this thread's own connection
-        except BaseException as exc:  # handed to the caller by by_gpu_day()
+        except BaseException as exc:  # handed to the caller by by_gpu()
             self._error = exc
         finally:
             connection.close()
 
-    def by_gpu_day(self) -> dict[tuple[str, datetime], CellTail]:
+    def by_gpu(self) -> dict[str, list[CellTail]]:
         self.wait()
         if self._error is not None:
             raise self._error
@@ -447,12 +461,13 @@ def cells_load_many(
     pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        by_gpu_day: dict[tuple[str, datetime], CellTail] = {}
+        by_gpu: dict[str, list[CellTail]] = {}
+        position: dict[datetime, int] = {}
         if by_day:
             if day_sums is None or not set(days) <= set(day_sums.days):
                 few = {str(fact.gpu_id) for _, fact, _, shape in shapes if shape.days}
                 day_sums = DaySums.read(days, None if day_count >= DAY_CELLS else few)
-            by_gpu_day = day_sums.by_gpu_day()
+            by_gpu, position = day_sums.by_gpu(), day_sums.position
         if cell_rows or range_rows:
             cursor.execute(_TEMP)
             raw = cursor.cursor
@@ -486,10 +501,32 @@ def cells_load_many(
             for idx, hour, up, down, busy, energy in cursor.fetchall():
                 pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
 
-    nothing: CellTail = (0, 0, Decimal(0), Decimal(0), ())
+    # Shapes whose cells are all whole days, one after another among the day sums' days (a
+    # GPU in service all period, most of a close): each GPU's cells are its heads and one
+    # slice of its days' tails, put together in C. No cell of theirs has a partial hour
+    # (with per-day sums, nothing else was read for them).
+    runs: dict[int, slice | None] = {}
+    for _, _, _, shape in shapes:
+        if id(shape) not in runs:
+            runs[id(shape)] = _day_run(shape, position) if by_day else None
     usages: list[dict[uuid.UUID, CellUsage]] = [{} for _ in groups]
     for group, fact, first, shape in shapes:
         gpu_key = str(fact.gpu_id)
+        day_tails = by_gpu.get(gpu_key)
+        run = runs[id(shape)]
+        if run is not None:
+            usages[group][fact.gpu_id] = CellUsage.of_sorted(
+                list(
+                    map(
+                        tuple.__new__,
+                        repeat(Cell),
+                        map(add, shape.heads, day_tails[run] if day_tails else repeat(NOTHING)),
+                    )
+                ),
+                plain_seconds=shape.plain_seconds,
+                json_template=shape.json_template,
+            )
+            continue
         cells: list[Cell] = []
         days_at = shape.days_at if by_day else shape.no_days
         plain_seconds = shape.plain_seconds  # unless a cell has a partial hour
@@ -498,9 +535,9 @@ def cells_load_many(
             idx = first + i
             day = days_at[i]
             if day is not None:
-                tail = by_gpu_day.get((gpu_key, day), nothing)
+                tail = day_tails[position[day]] if day_tails else NOTHING
             else:
-                tail = whole.get(idx, nothing)
+                tail = whole.get(idx, NOTHING)
             if idx not in pieces:  # whole hours only (most cells): the ten fields as one tuple
                 cells.append(tuple.__new__(Cell, head + tail))
                 continue
@@ -540,6 +577,18 @@ def cells_load_many(
             json_template=shape.json_template if whole_hours else None,
         )
     return usages
+
+
+def _day_run(shape: _Shape, position: dict[datetime, int]) -> slice | None:
+    """Where a shape's cells lie among the day sums' days, when every one of them is a whole
+    day, without partial hours, and they follow one another there; else None."""
+    days = shape.days_at
+    if not days or shape.partial_days or any(day is None for day in days):
+        return None
+    first, last = position.get(days[0]), position.get(days[-1])  # type: ignore[arg-type]
+    if first is None or last is None or last - first != len(days) - 1:
+        return None
+    return slice(first, last + 1)
 
 
 _MINUTES = f"""

@@ -3,6 +3,7 @@ from the hourly rollups instead, every statement must come out the same to the b
 after an hourly rollup is changed behind the derived pass's back."""
 
 import datetime as dt
+import json
 from decimal import Decimal
 
 import pytest
@@ -60,3 +61,47 @@ def test_statements_from_daily_rollups_equal_those_from_hourly_ones(oscar, discl
     assert changed == _drafts(period, disclosure, monkeypatch, by_day=True, every_gpu=False)
     nets = {k[0]: total for k, (_, _, total) in changed.items()}
     assert nets == {str(w["alice"].pk): "338.73", str(w["bob"].pk): "766.25"}
+
+
+def test_a_gpu_cut_into_whole_days_takes_them_as_one_slice(oscar, disclosure, monkeypatch):
+    """A GPU in service all month with nothing else cutting it (most GPUs of a close) has
+    only whole-day cells, which the close builds from one slice of its days' sums
+    (``_day_run``): the same statements as from the hourly rollups, a day with no telemetry
+    (no daily rollup) and days unlike each other included."""
+    march = (dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 4, 1, tzinfo=UTC))
+    f = s.fleet()
+    gpu = s.gpu(f, "SN-1", slot=0)
+    s.own(gpu, s.owner("Alice Compute Ltd"), 10_000, s.EPOCH)
+    s.card(f, oscar)
+
+    def by_day_of_month(t, values):
+        util = float(t.day * 3 % 100)
+        return {**values, "util": util, "state": "down" if t.day == 7 and t.hour < 2 else "up"}
+
+    s.windows(gpu, march[0] - dt.timedelta(minutes=1), march[1], node=f.node,
+              skip=[(dt.datetime(2026, 3, 12, tzinfo=UTC), dt.datetime(2026, 3, 13, tzinfo=UTC))],
+              change=by_day_of_month)  # fmt: skip
+    s.rebuild(*march)
+    assert not DailyRollup.objects.filter(gpu=gpu, day=dt.date(2026, 3, 12)).exists()
+    runs = []
+    original = usage._day_run
+
+    def recorded(shape, position):
+        runs.append(original(shape, position))
+        return runs[-1]
+
+    monkeypatch.setattr(usage, "_day_run", recorded)
+    period = period_for_month(year=2026, month=3)
+    by_day = {k: (d.sha256, d.frozen_json) for k, d in statements_compute(
+        period=period, disclosure=disclosure).items()}  # fmt: skip
+    assert runs == [slice(0, 31)]
+    monkeypatch.setattr(usage, "MAX_DAYS", 0)  # every cell summed from the hourly rollups
+    by_hour = {k: (d.sha256, d.frozen_json) for k, d in statements_compute(
+        period=period, disclosure=disclosure).items()}  # fmt: skip
+    assert by_day == by_hour
+    ((_, frozen),) = by_day.values()
+    (cells,) = [g["cells"] for g in json.loads(frozen)["gpus"]]
+    assert len(cells) == 31
+    assert cells[11][:2] == ["2026-03-12T00:00:00Z", "2026-03-13T00:00:00Z"]
+    assert cells[11][6:10] == [0, 0, "0", "0"]  # nothing observed that day
+    assert cells[6][7] == 7200 and cells[5][8] != cells[6][8]  # two hours down; days differ
