@@ -97,10 +97,10 @@ def _table(model: type[models.Model]) -> str:
     return model._meta.db_table
 
 
-# The facts' reads, as SQL: one statement each, the GPUs as one ``uuid[]`` parameter (an
-# ``IN`` list binds a parameter per id, which costs more than the query for a cluster), and
-# no ORM compiling on the way (a series reads one GPU's facts per request). Table names come
-# from the models; values only as parameters.
+# The facts' reads, as SQL, sent five and two to a round trip: one statement each, the GPUs
+# as one ``uuid[]`` parameter (an ``IN`` list binds a parameter per id, which costs more than
+# the query for a cluster), and no ORM compiling on the way (a series reads one GPU's facts
+# per request). Table names come from the models; values only as parameters.
 _SERIALS = f"SELECT id, serial FROM {_table(Gpu)} WHERE id = ANY(%(gpus)s::uuid[])"  # noqa: S608
 _PLACEMENTS = f"""
 SELECT p.gpu_id, p.node_id, n.cluster_id, c.site_id, p.valid_from, p.valid_to
@@ -201,25 +201,31 @@ class _FactRows:
         params: dict[str, Any] = {"gpus": _uuids(gpu_ids), "start": start, "end": end}
         with connection.cursor() as cursor:
 
-            def rows(sql: str) -> list[tuple[Any, ...]]:
-                cursor.execute(sql, params)
-                return list(cursor.fetchall())
+            def results(*statements: str) -> list[list[tuple[Any, ...]]]:
+                """The statements' rows, each statement's apart, from one round trip."""
+                cursor.execute(";\n".join(statements), params)
+                found = [list(cursor.fetchall())]
+                while cursor.nextset():
+                    found.append(list(cursor.fetchall()))
+                return found
 
-            serials = dict(rows(_SERIALS))
-            placements = rows(_PLACEMENTS)
-            transitions = rows(_TRANSITIONS)
+            serials, placements, transitions, ownership, rentals = results(
+                _SERIALS, _PLACEMENTS, _TRANSITIONS, _OWNERSHIP, _RENTALS
+            )
+            # Maintenance and incidents reach the GPUs through where they were placed.
             params["nodes"] = _uuids(p[1] for p in placements)
             params["clusters"] = _uuids(p[2] for p in placements)
             params["sites"] = _uuids(p[3] for p in placements)
+            maintenance, incidents = results(_MAINTENANCE, _INCIDENTS)
             return cls(
                 Interval(start, end),
-                serials,
+                dict(serials),
                 placements,
                 transitions,
-                rows(_MAINTENANCE),
-                rows(_INCIDENTS),
-                rows(_OWNERSHIP),
-                rows(_RENTALS),
+                maintenance,
+                incidents,
+                ownership,
+                rentals,
             )
 
     def facts(
