@@ -33,7 +33,9 @@ ENDPOINTS: dict[str, tuple[str, int]] = {
     "gpu-ownership": ("/api/v1/gpus/{gpu}/ownership", 4),
     "gpu-series": (
         "/api/v1/gpus/{gpu}/series?start=2026-03-01T00:00:00Z&end=2026-03-02T00:00:00Z&step=hour",
-        10,  # every bucket from the rollups; a few more when some need the engine's cells
+        # Every bucket from the rollups (the facts in two round trips); a few more when some
+        # need the engine's cells.
+        5,
     ),
     "incidents": ("/api/v1/incidents", 2),
     "incident": ("/api/v1/incidents/{incident}", 2),
