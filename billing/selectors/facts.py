@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 from django.db import connection, models
 from django.db.models import Q, Sum
 
@@ -149,6 +150,14 @@ SELECT rg.gpu_id, r.cluster_id, r.currency, r.starts_at, r.ends_at, r.rate_per_g
 """  # noqa: S608
 
 
+# psycopg's own timestamptz loader, in C. Django's wraps it to give every value the
+# connection's time zone, which is the session's own where that is UTC (Django sets the
+# session's TimeZone to it), at ~3 × the cost: a close reads ~40,000 instants of facts.
+_TIMESTAMPTZ = psycopg.adapters.get_loader(
+    psycopg.postgres.types["timestamptz"].oid, psycopg.pq.Format.TEXT
+)
+
+
 def _interval(a: datetime, b: datetime | None) -> Interval:
     return Interval(a, b if b is not None else FAR_FUTURE)
 
@@ -200,6 +209,8 @@ class _FactRows:
     def load(cls, gpu_ids: Iterable[uuid.UUID], start: datetime, end: datetime) -> _FactRows:
         params: dict[str, Any] = {"gpus": _uuids(gpu_ids), "start": start, "end": end}
         with connection.cursor() as cursor:
+            if connection.timezone_name == "UTC" and _TIMESTAMPTZ is not None:
+                cursor.cursor.adapters.register_loader("timestamptz", _TIMESTAMPTZ)
 
             def results(*statements: str) -> list[list[tuple[Any, ...]]]:
                 """The statements' rows, each statement's apart, from one round trip."""
