@@ -265,10 +265,23 @@ def _plain_measure(cells: Sequence[Cell], in_service: int) -> Measure:
     """``CellUsage._measure`` of plain cells (see ``of_sorted``), ``in_service`` being their
     seconds: every second is in service, up, down or no data, and the sums are taken in C —
     the same additions in the same order as the loop (a Decimal sum's exponent follows them)."""
-    up = sum(map(_UP, cells))
-    down = sum(map(_DOWN, cells))
-    busy = sum(map(_BUSY, cells), Decimal(0)) + Decimal(0)
-    energy = sum(map(_ENERGY, cells), Decimal(0)) + Decimal(0)
+    return plain_measure_of(
+        in_service,
+        sum(map(_UP, cells)),
+        sum(map(_DOWN, cells)),
+        sum(map(_BUSY, cells), Decimal(0)),
+        sum(map(_ENERGY, cells), Decimal(0)),
+    )
+
+
+def plain_measure_of(
+    in_service: int, up: int, down: int, busy: Decimal, energy: Decimal
+) -> Measure:
+    """The measure of plain cells from their sums (``_plain_measure``). ``busy`` and
+    ``energy`` are summed exactly, starting from ``Decimal(0)`` (an exact sum of the same
+    values has the same digits and exponent, in whatever order)."""
+    busy += Decimal(0)
+    energy += Decimal(0)
     return Measure(
         in_service_s=in_service,
         maintenance_s=0,
@@ -280,6 +293,71 @@ def _plain_measure(cells: Sequence[Cell], in_service: int) -> Measure:
         operator_incident_s=0,
         down_without_incident_s=down,
     )
+
+
+# A whole day's telemetry as the day sums hand it over: up and down seconds, and busy and
+# energy as the text ``str()`` gives of their Decimals.
+DayText = tuple[int, int, str, str]
+
+
+class DayRunUsage(CellUsage):
+    """A GPU whose cells are all whole days and plain, and whose days are all those summed
+    (most GPUs of a close: in service all period, nothing else cutting them), kept as the
+    day sums hand them over: each day's figures as text, and their sums over the period.
+
+    A close needs such a GPU's cells only as JSON and their measure over the whole span: the
+    JSON is its shape's template filled with the texts, the measure comes from the sums,
+    and no cell is made. Anything else (a measure of a part of the span, the cells
+    themselves) makes the cells first, exactly as ``CellUsage.of_sorted`` would hold them."""
+
+    _heads: Sequence[tuple[Interval, bool, bool, bool, bool]]
+    _days: Sequence[DayText]
+    _made: list[Cell] | None
+
+    @classmethod
+    def of_days(
+        cls,
+        heads: Sequence[tuple[Interval, bool, bool, bool, bool]],
+        days: Sequence[DayText],
+        *,
+        sums: tuple[int, int, Decimal, Decimal],
+        plain_seconds: Sequence[int],
+        json_template: str,
+    ) -> DayRunUsage:
+        """``heads``: the cells' bounds and flags (plain); ``days``: each cell's figures;
+        ``sums``: up, down, busy and energy summed over all of them (exactly, as
+        ``plain_measure_of`` takes them)."""
+        usage = cls.__new__(cls)
+        usage._heads = heads
+        usage._days = days
+        usage._made = None
+        usage._starts = [head[0].start for head in heads]
+        usage._plain = plain_seconds
+        usage._json = json_template
+        span = Interval(heads[0][0].start, heads[-1][0].end)
+        usage._measured = {span: plain_measure_of(plain_seconds[-1], *sums)}
+        return usage
+
+    @property
+    def cells(self) -> Sequence[Cell]:
+        if self._made is None:
+            self._made = [
+                tuple.__new__(Cell, (*head, up, down, Decimal(busy), Decimal(energy), ()))
+                for head, (up, down, busy, energy) in zip(self._heads, self._days, strict=True)
+            ]
+        return self._made
+
+    @cells.setter
+    def cells(self, cells: Sequence[Cell]) -> None:
+        self._made = list(cells)
+
+    @property
+    def span(self) -> Interval:
+        return Interval(self._heads[0][0].start, self._heads[-1][0].end)
+
+    def cells_json(self) -> str:
+        assert self._json is not None  # of_days sets it
+        return self._json % tuple(chain.from_iterable(self._days))
 
 
 # Cached: a close writes the same instants (midnights, cuts) for every GPU.

@@ -29,13 +29,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from itertools import repeat
-from operator import add
 from typing import Any
 
 from django.db import connection, transaction
 
-from billing.engine.cells import Cell, CellUsage, PartialHour, cells_json_template
+from billing.engine.cells import (
+    Cell,
+    CellUsage,
+    DayRunUsage,
+    DayText,
+    PartialHour,
+    cells_json_template,
+)
 from billing.engine.intervals import Interval, normalize
 from billing.engine.usage import (
     BUSY_QUANTUM,
@@ -141,21 +146,45 @@ _ROLLUP_COMMON_HOURS_FEW_GPUS = _ROLLUP_COMMON_HOURS.replace(
 # keep a hundred of them cost ~15 × as much on a 2,000-GPU site.
 FEW_COMMON_GPUS = 1_000
 
+
 # Whole UTC days (the close cuts every GPU's period at each midnight, so most of its cells are
 # one whole day of hours): their sums are telemetry's daily rollups, one row per GPU and UTC
 # day that the database keeps equal to the day's hourly rollups summed (telemetry migration
 # 0011) — ~310k rows for a month of 10,000 GPUs, where summing the 7.4M hourly rows per day
 # cost as much as the plain aggregate (docs/scaling.md, goal 4a). The cells then take their
 # day's sums in Python and never go into the temp table. Each day as its offset from the first
-# and each GPU id as text: no date or UUID object made per row.
-_DAILY_SUMS = """
-SELECT d.day - %(first)s::date, d.gpu_id::text, d.seconds_up, d.seconds_down,
-       d.util_gpu_seconds, d.energy_kwh
+# and each GPU id as text: no date or UUID object made per row. Busy and energy come as the
+# text ``str()`` gives of their Decimals (a Decimal is made only where a cell is), and each
+# GPU's days summed comes beside them, from the same snapshot, as one row with no day.
+def _decimal_text_9(value: str) -> str:
+    """SQL: a numeric of scale 9 as Python's ``str()`` of its Decimal — PostgreSQL's own text
+    from 10⁻⁶ on (the two agree there), scientific notation below as Python writes it
+    (0 → ``0E-9``, 0.000000123 → ``1.23E-7``). Scale 3, as busy, never differs."""
+    digits = f"(abs({value}) * 1000000000)::numeric(40, 0)::text"
+    return f"""CASE WHEN abs({value}) >= 0.000001 THEN ({value})::text
+            ELSE (CASE WHEN {value} < 0 THEN '-' ELSE '' END) || left({digits}, 1)
+                 || CASE WHEN length({digits}) > 1 THEN '.' || substr({digits}, 2) ELSE '' END
+                 || 'E' || (length({digits}) - 10)::text END"""
+
+
+def _daily_sums(where: str) -> str:
+    return f"""
+SELECT d.day - %(first)s::date, d.gpu_id::text, d.seconds_up::bigint, d.seconds_down::bigint,
+       d.util_gpu_seconds::text, {_decimal_text_9("d.energy_kwh")}, NULL::numeric, NULL::numeric
   FROM telemetry_dailyrollup d
- WHERE d.day = ANY(%(days)s::date[])
-"""
+ WHERE d.day = ANY(%(days)s::date[]) {where}
+ UNION ALL
+SELECT NULL, d.gpu_id::text, sum(d.seconds_up), sum(d.seconds_down), NULL, NULL,
+       sum(d.util_gpu_seconds), sum(d.energy_kwh)
+  FROM telemetry_dailyrollup d
+ WHERE d.day = ANY(%(days)s::date[]) {where}
+ GROUP BY d.gpu_id
+"""  # noqa: S608 - constants only
+
+
+_DAILY_SUMS = _daily_sums("")
 # The same for some GPUs only: through the (gpu, day) key.
-_DAILY_SUMS_OF = _DAILY_SUMS + "   AND d.gpu_id = ANY(%(gpus)s::uuid[])\n"
+_DAILY_SUMS_OF = _daily_sums("AND d.gpu_id = ANY(%(gpus)s::uuid[])")
 # From this many whole-day cells on, every GPU's days are read (one scan of the day index);
 # below, only those of the GPUs asked about. For at most this many days either way.
 DAY_CELLS = 2_000
@@ -177,15 +206,18 @@ TRUNCATE billing_usage_cell, billing_usage_range;
 CellTail = tuple[int, int, Decimal, Decimal, tuple[()]]
 
 
-# A day without a rollup: nothing observed.
+# A day without a rollup: nothing observed (as a cell's tail, and as the day sums' text).
 NOTHING: CellTail = (0, 0, Decimal(0), Decimal(0), ())
+NOTHING_TEXT: DayText = (0, 0, "0", "0")
 
 
 class DaySums:
     """Every GPU's daily rollups for whole UTC days, as ``by_gpu()``: GPU id as text → per
-    day of ``days``, in order, (up, down, busy, energy, ()), the tail of that day's cell — up
-    being up and degraded seconds, as the cells count them; ``NOTHING`` for a day without a
-    rollup. A GPU cut into whole days in a row takes its cells' tails as one slice.
+    day of ``days``, in order, (up, down, busy, energy) with busy and energy as the text of
+    their Decimals — up being up and degraded seconds, as the cells count them;
+    ``NOTHING_TEXT`` for a day without a rollup. ``totals()``: per GPU, the four summed over
+    all ``days`` (busy and energy as Decimals; no entry for a GPU without any). A GPU cut
+    into exactly these days takes them as they are (``DayRunUsage``).
 
     ``DaySums.start`` reads them on a connection of its own, in a thread, while the caller
     goes on loading facts and cutting cells; ``by_gpu()`` waits for it. The sums are the
@@ -198,14 +230,15 @@ class DaySums:
         self.days = list(days)
         self.gpus = None if gpus is None else sorted(gpus)  # None: every GPU
         self.position = {day: i for i, day in enumerate(self.days)}
-        self._sums: dict[str, list[CellTail]] = {}
+        self._sums: dict[str, list[DayText]] = {}
+        self._totals: dict[str, tuple[int, int, Decimal, Decimal]] = {}
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
     @classmethod
     def read(cls, days: Sequence[datetime], gpus: Collection[str] | None = None) -> DaySums:
         sums = cls(days, gpus)
-        sums._sums = sums._query()
+        sums._sums, sums._totals = sums._query()
         return sums
 
     @classmethod
@@ -222,38 +255,48 @@ class DaySums:
         sums._thread.start()
         return sums
 
-    def _query(self) -> dict[str, list[CellTail]]:
+    def _query(
+        self,
+    ) -> tuple[dict[str, list[DayText]], dict[str, tuple[int, int, Decimal, Decimal]]]:
         first = self.days[0].date()
         # A day's position in ``days`` from its distance to the first (days need not follow
         # one another).
         slot = {(day.date() - first).days: i for i, day in enumerate(self.days)}
-        empty = [NOTHING] * len(self.days)
-        sums: dict[str, list[CellTail]] = {}
+        empty = [NOTHING_TEXT] * len(self.days)
+        sums: dict[str, list[DayText]] = {}
+        totals: dict[str, tuple[int, int, Decimal, Decimal]] = {}
         with connection.cursor() as cursor:
             cursor.execute(
                 _DAILY_SUMS if self.gpus is None else _DAILY_SUMS_OF,
                 {"first": first, "days": [day.date() for day in self.days], "gpus": self.gpus},
             )
-            for i, gpu_key, up, down, busy, energy in cursor.fetchall():
-                tails = sums.get(gpu_key)
-                if tails is None:
-                    tails = sums[gpu_key] = empty.copy()
-                tails[slot[i]] = (up, down, busy, energy, ())
-        return sums
+            for i, gpu_key, up, down, busy, energy, busy_sum, energy_sum in cursor.fetchall():
+                if i is None:  # the GPU's days summed
+                    totals[gpu_key] = (up, down, busy_sum, energy_sum)
+                    continue
+                days = sums.get(gpu_key)
+                if days is None:
+                    days = sums[gpu_key] = empty.copy()
+                days[slot[i]] = (up, down, busy, energy)
+        return sums, totals
 
     def _run(self) -> None:
         try:
-            self._sums = self._query()  # on this thread's own connection
+            self._sums, self._totals = self._query()  # on this thread's own connection
         except BaseException as exc:  # handed to the caller by by_gpu()
             self._error = exc
         finally:
             connection.close()
 
-    def by_gpu(self) -> dict[str, list[CellTail]]:
+    def by_gpu(self) -> dict[str, list[DayText]]:
         self.wait()
         if self._error is not None:
             raise self._error
         return self._sums
+
+    def totals(self) -> dict[str, tuple[int, int, Decimal, Decimal]]:
+        self.by_gpu()
+        return self._totals
 
     def wait(self) -> None:
         if self._thread is not None:
@@ -461,13 +504,16 @@ def cells_load_many(
     pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL work_mem = '64MB'")
-        by_gpu: dict[str, list[CellTail]] = {}
+        by_gpu: dict[str, list[DayText]] = {}
+        totals: dict[str, tuple[int, int, Decimal, Decimal]] = {}
         position: dict[datetime, int] = {}
+        all_days = slice(0, 0)
         if by_day:
             if day_sums is None or not set(days) <= set(day_sums.days):
                 few = {str(fact.gpu_id) for _, fact, _, shape in shapes if shape.days}
                 day_sums = DaySums.read(days, None if day_count >= DAY_CELLS else few)
-            by_gpu, position = day_sums.by_gpu(), day_sums.position
+            by_gpu, totals, position = day_sums.by_gpu(), day_sums.totals(), day_sums.position
+            all_days = slice(0, len(day_sums.days))
         if cell_rows or range_rows:
             cursor.execute(_TEMP)
             raw = cursor.cursor
@@ -503,8 +549,9 @@ def cells_load_many(
 
     # Shapes whose cells are all whole days, one after another among the day sums' days (a
     # GPU in service all period, most of a close): each GPU's cells are its heads and one
-    # slice of its days' tails, put together in C. No cell of theirs has a partial hour
-    # (with per-day sums, nothing else was read for them).
+    # slice of its days. No cell of theirs has a partial hour (with per-day sums, nothing
+    # else was read for them). Plain and over all the days summed, they stay the day sums'
+    # text and sums (``DayRunUsage``: no cell is made unless asked for).
     runs: dict[int, slice | None] = {}
     for _, _, _, shape in shapes:
         if id(shape) not in runs:
@@ -515,17 +562,24 @@ def cells_load_many(
         day_tails = by_gpu.get(gpu_key)
         run = runs[id(shape)]
         if run is not None:
-            usages[group][fact.gpu_id] = CellUsage.of_sorted(
-                list(
-                    map(
-                        tuple.__new__,
-                        repeat(Cell),
-                        map(add, shape.heads, day_tails[run] if day_tails else repeat(NOTHING)),
-                    )
-                ),
-                plain_seconds=shape.plain_seconds,
-                json_template=shape.json_template,
-            )
+            texts = day_tails[run] if day_tails else [NOTHING_TEXT] * len(shape.heads)
+            if run == all_days and shape.plain_seconds is not None:
+                usages[group][fact.gpu_id] = DayRunUsage.of_days(
+                    shape.heads,
+                    texts,
+                    sums=totals.get(gpu_key, NO_SUMS),
+                    plain_seconds=shape.plain_seconds,
+                    json_template=shape.json_template,
+                )
+            else:
+                usages[group][fact.gpu_id] = CellUsage.of_sorted(
+                    [
+                        tuple.__new__(Cell, head + _tail(text))
+                        for head, text in zip(shape.heads, texts, strict=True)
+                    ],
+                    plain_seconds=shape.plain_seconds,
+                    json_template=shape.json_template,
+                )
             continue
         cells: list[Cell] = []
         days_at = shape.days_at if by_day else shape.no_days
@@ -535,7 +589,7 @@ def cells_load_many(
             idx = first + i
             day = days_at[i]
             if day is not None:
-                tail = day_tails[position[day]] if day_tails else NOTHING
+                tail = _tail(day_tails[position[day]]) if day_tails else NOTHING
             else:
                 tail = whole.get(idx, NOTHING)
             if idx not in pieces:  # whole hours only (most cells): the ten fields as one tuple
@@ -577,6 +631,16 @@ def cells_load_many(
             json_template=shape.json_template if whole_hours else None,
         )
     return usages
+
+
+# A GPU without any daily rollup, summed.
+NO_SUMS = (0, 0, Decimal(0), Decimal(0))
+
+
+def _tail(day: DayText) -> CellTail:
+    """A day's figures as the day sums hand them over, as its cell's tail."""
+    up, down, busy, energy = day
+    return (up, down, Decimal(busy), Decimal(energy), ())
 
 
 def _day_run(shape: _Shape, position: dict[datetime, int]) -> slice | None:

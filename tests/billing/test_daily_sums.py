@@ -76,7 +76,10 @@ def test_a_gpu_cut_into_whole_days_takes_them_as_one_slice(oscar, disclosure, mo
 
     def by_day_of_month(t, values):
         util = float(t.day * 3 % 100)
-        return {**values, "util": util, "state": "down" if t.day == 7 and t.hour < 2 else "up"}
+        state = "down" if t.day == 7 and t.hour < 2 else "up"
+        if t.day == 20:  # the counter stands still all day: no energy, a rollup of zeros
+            values = {**values, "energy_mj": 0}
+        return {**values, "util": util, "state": state}
 
     s.windows(gpu, march[0] - dt.timedelta(minutes=1), march[1], node=f.node,
               skip=[(dt.datetime(2026, 3, 12, tzinfo=UTC), dt.datetime(2026, 3, 13, tzinfo=UTC))],
@@ -105,3 +108,35 @@ def test_a_gpu_cut_into_whole_days_takes_them_as_one_slice(oscar, disclosure, mo
     assert cells[11][:2] == ["2026-03-12T00:00:00Z", "2026-03-13T00:00:00Z"]
     assert cells[11][6:10] == [0, 0, "0", "0"]  # nothing observed that day
     assert cells[6][7] == 7200 and cells[5][8] != cells[6][8]  # two hours down; days differ
+    assert cells[19][9] == "0E-9"  # March 20: energy summed to zero at scale 9
+
+
+def test_energy_text_from_the_database_is_pythons_str_of_the_decimal():
+    """The day sums hand energy (scale 9) over as text that must be ``str()`` of the Decimal
+    the cells would otherwise hold — the frozen inputs' text is made from it — and busy
+    (scale 3) as PostgreSQL's own text: the two differ only below 10⁻⁶ (scientific
+    notation), which ``_decimal_text_9`` writes as Python does."""
+    import random
+
+    from django.db import connection
+
+    rng = random.Random(22)
+    nines = [
+        "0", "0.000000001", "0.000000010", "0.000000100", "0.000000123", "0.000000999",
+        "0.000001000", "0.000009999", "0.5", "1", "13.680000000", "123456789.123456789",
+        "9999999999999.999999999", "-0.000000001", "-0.000000120", "-2.5", "-0.000001",
+    ]  # fmt: skip
+    nines += [f"{rng.randrange(10**13)}.{rng.randrange(10**9):09d}" for _ in range(100)]
+    nines += [f"0.{rng.randrange(10**4):09d}" for _ in range(100)]  # below 10⁻⁵
+    threes = ["0", "0.001", "0.100", "-0.001", "2505600.000", "1234567890123456789.999"]
+    threes += [f"{rng.randrange(10**9)}.{rng.randrange(1000):03d}" for _ in range(100)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT v, {usage._decimal_text_9('v')} FROM unnest(%s::numeric(22, 9)[]) v",  # noqa: S608
+            [nines],
+        )
+        for value, text in cursor.fetchall():
+            assert text == str(value), value
+        cursor.execute("SELECT v, v::text FROM unnest(%s::numeric(22, 3)[]) v", [threes])
+        for value, text in cursor.fetchall():
+            assert text == str(value), value

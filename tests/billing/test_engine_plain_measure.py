@@ -4,12 +4,18 @@ general loop to the last digit and exponent, over every window of whole cells.""
 
 import itertools
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.engine.cells import Cell, CellUsage
+from billing.engine.cells import (
+    Cell,
+    CellUsage,
+    DayRunUsage,
+    cells_json_template,
+    cells_json_text,
+)
 from billing.engine.intervals import Interval
 from billing.engine.money import money_context
 
@@ -70,3 +76,35 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain_cells())
+def test_a_day_run_is_the_cells_it_stands_for(cells):
+    """``DayRunUsage`` keeps a GPU's days as the day sums hand them over (figures as text,
+    and their sums as the database adds them: exactly) and makes no cell unless asked: its
+    measure over the span, its JSON, its cells and every other measure are those of the
+    cells themselves."""
+    heads = [cell[:5] for cell in cells]
+    days = [(cell[5], cell[6], str(cell[7]), str(cell[8])) for cell in cells]
+    with localcontext(prec=80):
+        sums = (
+            sum(c.telemetry_up_s for c in cells),
+            sum(c.telemetry_down_s for c in cells),
+            sum((c.whole_busy_pct_s for c in cells), Decimal(0)),
+            sum((c.whole_energy_kwh for c in cells), Decimal(0)),
+        )
+    seconds = list(itertools.accumulate((c.interval.seconds for c in cells), initial=0))
+    run = DayRunUsage.of_days(
+        heads, days, sums=sums, plain_seconds=seconds, json_template=cells_json_template(heads)
+    )
+    fast = CellUsage.of_sorted(cells, plain_seconds=seconds)
+    span = Interval(cells[0].interval.start, cells[-1].interval.end)
+    assert repr(run.measure(span)) == repr(fast.measure(span))
+    assert run.cells_json() == cells_json_text(cells)
+    assert run._made is None  # neither made a cell
+    assert run.span == span
+    assert run.cells == cells
+    for i, j in itertools.combinations(range(len(cells) + 1), 2):
+        window = Interval(cells[i].interval.start, cells[j - 1].interval.end)
+        assert repr(run.measure(window)) == repr(fast.measure(window)), window
