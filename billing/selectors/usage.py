@@ -500,52 +500,25 @@ def cells_load_many(
     common = spans.most_common(1)[0][0] if spans else None
     cell_rows = [(*row, (row[4], row[5]) == common) for row in cell_rows]
 
+    by_gpu: dict[str, list[DayText]] = {}
+    totals: dict[str, tuple[int, int, Decimal, Decimal]] = {}
+    position: dict[datetime, int] = {}
+    all_days = slice(0, 0)
+    if by_day:
+        if day_sums is None or not set(days) <= set(day_sums.days):
+            few = {str(fact.gpu_id) for _, fact, _, shape in shapes if shape.days}
+            day_sums = DaySums.read(days, None if day_count >= DAY_CELLS else few)
+        by_gpu, totals, position = day_sums.by_gpu(), day_sums.totals(), day_sums.position
+        all_days = slice(0, len(day_sums.days))
     whole: dict[int, CellTail] = {}
     pieces: dict[int, list[tuple[datetime, int, int, Decimal, int]]] = defaultdict(list)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL work_mem = '64MB'")
-        by_gpu: dict[str, list[DayText]] = {}
-        totals: dict[str, tuple[int, int, Decimal, Decimal]] = {}
-        position: dict[datetime, int] = {}
-        all_days = slice(0, 0)
-        if by_day:
-            if day_sums is None or not set(days) <= set(day_sums.days):
-                few = {str(fact.gpu_id) for _, fact, _, shape in shapes if shape.days}
-                day_sums = DaySums.read(days, None if day_count >= DAY_CELLS else few)
-            by_gpu, totals, position = day_sums.by_gpu(), day_sums.totals(), day_sums.position
-            all_days = slice(0, len(day_sums.days))
-        if cell_rows or range_rows:
-            cursor.execute(_TEMP)
-            raw = cursor.cursor
-            with raw.copy(
-                "COPY billing_usage_cell (idx, gpu_id, lo, hi, h0, h1, common) FROM STDIN"
-            ) as copy:
-                for row in cell_rows:
-                    copy.write_row(row)
-            with raw.copy("COPY billing_usage_range (idx, gpu_id, lo, hi) FROM STDIN") as copy:
-                for row in range_rows:
-                    copy.write_row(row)
-            cursor.execute("ANALYZE billing_usage_cell; ANALYZE billing_usage_range")
-        if use_rollups and cell_rows:
-            others = sum(1 for row in cell_rows if row[4] < row[5] and not row[6])
-            cursor.execute(_ROLLUP_WHOLE_HOURS_FEW if others <= FEW_CELLS else _ROLLUP_WHOLE_HOURS)
-            rows = cursor.fetchall()
-            if common is not None:
-                gpus = sorted({row[1] for row in cell_rows if row[6]})
-                if len(gpus) <= FEW_COMMON_GPUS:
-                    cursor.execute(
-                        _ROLLUP_COMMON_HOURS_FEW_GPUS,
-                        {"h0": common[0], "h1": common[1], "gpus": gpus},
-                    )
-                else:
-                    cursor.execute(_ROLLUP_COMMON_HOURS, {"h0": common[0], "h1": common[1]})
-                rows += cursor.fetchall()
-            for idx, up, down, busy, energy in rows:
-                whole[idx] = (int(up), int(down), busy, energy, ())
-        if range_rows:
-            cursor.execute(_WINDOW_PIECES)
-            for idx, hour, up, down, busy, energy in cursor.fetchall():
-                pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
+    if cell_rows or range_rows:
+        sums = _few_sums if len(cell_rows) + len(range_rows) <= FEW_ROWS else _many_sums
+        whole_rows, piece_rows = sums(cell_rows, range_rows, common, use_rollups)
+        for idx, up, down, busy, energy in whole_rows:
+            whole[idx] = (int(up), int(down), busy, energy, ())
+        for idx, hour, up, down, busy, energy in piece_rows:
+            pieces[idx].append((hour, int(up), int(down), busy, int(energy)))
 
     # Shapes whose cells are all whole days, one after another among the day sums' days (a
     # GPU in service all period, most of a close): each GPU's cells are its heads and one
@@ -631,6 +604,97 @@ def cells_load_many(
             json_template=shape.json_template if whole_hours else None,
         )
     return usages
+
+
+Rows = list[tuple[Any, ...]]
+# Up to this many cells and partial-hour ranges (one owner's redraft, a series), they go to the
+# queries as arrays, all three queries in one round trip, no transaction: a temp table costs
+# more round trips (create, two COPYs, ANALYZE, a commit that drops it) than the queries.
+FEW_ROWS = 500
+
+
+def _many_sums(
+    cell_rows: Rows, range_rows: Rows, common: tuple[datetime, datetime] | None, use_rollups: bool
+) -> tuple[Rows, Rows]:
+    """The cells' whole-hour sums and their partial hours' pieces, through temp tables."""
+    whole_rows: Rows = []
+    piece_rows: Rows = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute(_TEMP)
+        raw = cursor.cursor
+        with raw.copy(
+            "COPY billing_usage_cell (idx, gpu_id, lo, hi, h0, h1, common) FROM STDIN"
+        ) as copy:
+            for row in cell_rows:
+                copy.write_row(row)
+        with raw.copy("COPY billing_usage_range (idx, gpu_id, lo, hi) FROM STDIN") as copy:
+            for row in range_rows:
+                copy.write_row(row)
+        cursor.execute("ANALYZE billing_usage_cell; ANALYZE billing_usage_range")
+        if use_rollups and cell_rows:
+            others = sum(1 for row in cell_rows if row[4] < row[5] and not row[6])
+            cursor.execute(_ROLLUP_WHOLE_HOURS_FEW if others <= FEW_CELLS else _ROLLUP_WHOLE_HOURS)
+            whole_rows = list(cursor.fetchall())
+            if common is not None:
+                gpus = sorted({row[1] for row in cell_rows if row[6]})
+                if len(gpus) <= FEW_COMMON_GPUS:
+                    cursor.execute(
+                        _ROLLUP_COMMON_HOURS_FEW_GPUS,
+                        {"h0": common[0], "h1": common[1], "gpus": gpus},
+                    )
+                else:
+                    cursor.execute(_ROLLUP_COMMON_HOURS, {"h0": common[0], "h1": common[1]})
+                whole_rows += cursor.fetchall()
+        if range_rows:
+            cursor.execute(_WINDOW_PIECES)
+            piece_rows = list(cursor.fetchall())
+    return whole_rows, piece_rows
+
+
+# The few-rows forms of the temp tables: the same columns, from array parameters.
+_CELLS_OF_ARRAYS = """(SELECT * FROM unnest(%(c_idx)s::integer[], %(c_gpu)s::uuid[],
+    %(c_h0)s::timestamptz[], %(c_h1)s::timestamptz[], %(c_common)s::boolean[])
+    AS u(idx, gpu_id, h0, h1, common)) c"""
+_RANGES_OF_ARRAYS = """(SELECT * FROM unnest(%(r_idx)s::integer[], %(r_gpu)s::uuid[],
+    %(r_lo)s::timestamptz[], %(r_hi)s::timestamptz[]) AS u(idx, gpu_id, lo, hi)) r"""
+
+
+def _few_sums(
+    cell_rows: Rows, range_rows: Rows, common: tuple[datetime, datetime] | None, use_rollups: bool
+) -> tuple[Rows, Rows]:
+    """``_many_sums`` for a few cells: the same queries over the cells and ranges given as
+    arrays, sent together."""
+    statements = []
+    if use_rollups and cell_rows:
+        statements.append(_ROLLUP_WHOLE_HOURS_FEW.replace("billing_usage_cell c", _CELLS_OF_ARRAYS))
+        if common is not None:
+            statements.append(
+                _ROLLUP_COMMON_HOURS_FEW_GPUS.replace("billing_usage_cell c", _CELLS_OF_ARRAYS)
+            )
+    if range_rows:
+        statements.append(_WINDOW_PIECES.replace("billing_usage_range r", _RANGES_OF_ARRAYS))
+    if not statements:
+        return [], []
+    c_idx, c_gpu, _, _, c_h0, c_h1, c_common = (
+        (list(col) for col in zip(*cell_rows, strict=True)) if cell_rows else ([],) * 7
+    )
+    r_idx, r_gpu, r_lo, r_hi = (
+        (list(col) for col in zip(*range_rows, strict=True)) if range_rows else ([],) * 4
+    )
+    params = {
+        "c_idx": c_idx, "c_gpu": c_gpu, "c_h0": c_h0, "c_h1": c_h1, "c_common": c_common,
+        "r_idx": r_idx, "r_gpu": r_gpu, "r_lo": r_lo, "r_hi": r_hi,
+        "h0": common[0] if common else None, "h1": common[1] if common else None,
+        "gpus": sorted({row[1] for row in cell_rows if row[6]}),
+    }  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(";\n".join(statements), params)
+        results = [list(cursor.fetchall())]
+        while cursor.nextset():
+            results.append(list(cursor.fetchall()))
+    piece_rows = results.pop() if range_rows else []
+    return [row for rows in results for row in rows], piece_rows
 
 
 # A GPU without any daily rollup, summed.

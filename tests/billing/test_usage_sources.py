@@ -146,7 +146,12 @@ def _ranges():
 
 
 @pytest.mark.parametrize("window", _ranges(), ids=lambda w: f"{w.start:%d%H%M%S}-{w.end:%d%H%M%S}")
-def test_cells_from_rollups_equal_cells_from_windows_equal_the_reference(messy, window):
+@pytest.mark.parametrize("few_rows", [usage.FEW_ROWS, 0], ids=["arrays", "temp-tables"])
+def test_cells_from_rollups_equal_cells_from_windows_equal_the_reference(
+    messy, window, monkeypatch, few_rows
+):
+    # A few cells and ranges go to the queries as arrays; more, through temp tables.
+    monkeypatch.setattr(usage, "FEW_ROWS", few_rows)
     gpu_ids = [messy["a"].pk, messy["b"].pk]
     facts = gpu_facts(gpu_ids=gpu_ids, start=window.start, end=window.end)
     fast = cells_load(facts=facts)
@@ -173,10 +178,13 @@ def test_every_sub_interval_a_statement_asks_for_agrees(messy):
 
 
 @pytest.mark.parametrize("few_cells", [usage.FEW_CELLS, 0], ids=["probe-per-cell", "one-join"])
-def test_both_rollup_query_shapes_agree_with_the_reference(messy, monkeypatch, few_cells):
+@pytest.mark.parametrize("few_rows", [usage.FEW_ROWS, 0], ids=["arrays", "temp-tables"])
+def test_both_rollup_query_shapes_agree_with_the_reference(messy, monkeypatch, few_cells, few_rows):
     # A day cut at every hour (an hourly series): with few cells each probes the rollup index,
-    # with many they are joined once; both must give the reference's figures.
+    # with many they are joined once; both must give the reference's figures, whether the
+    # cells go to the queries as arrays or through temp tables.
     monkeypatch.setattr(usage, "FEW_CELLS", few_cells)
+    monkeypatch.setattr(usage, "FEW_ROWS", few_rows)
     day = Interval(at(10), at(11))
     cuts = {day.start + dt.timedelta(hours=h) for h in range(1, 24)}
     gpu_ids = [messy["a"].pk, messy["b"].pk]
