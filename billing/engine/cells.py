@@ -313,6 +313,7 @@ class DayRunUsage(CellUsage):
     _heads: Sequence[tuple[Interval, bool, bool, bool, bool]]
     _days: Sequence[DayText]
     _made: list[Cell] | None
+    _template: str
 
     @classmethod
     def of_days(
@@ -333,7 +334,7 @@ class DayRunUsage(CellUsage):
         usage._made = None
         usage._starts = [head[0].start for head in heads]
         usage._plain = plain_seconds
-        usage._json = json_template
+        usage._json = usage._template = json_template
         span = Interval(heads[0][0].start, heads[-1][0].end)
         usage._measured = {span: plain_measure_of(plain_seconds[-1], *sums)}
         return usage
@@ -356,8 +357,7 @@ class DayRunUsage(CellUsage):
         return Interval(self._heads[0][0].start, self._heads[-1][0].end)
 
     def cells_json(self) -> str:
-        assert self._json is not None  # of_days sets it
-        return self._json % tuple(chain.from_iterable(self._days))
+        return self._template % tuple(chain.from_iterable(self._days))
 
 
 # Cached: a close writes the same instants (midnights, cuts) for every GPU.
