@@ -120,4 +120,7 @@ def partitions_maintain() -> None:
 
 @shared_task(name="telemetry.batches_purge", ignore_result=True)
 def batches_purge() -> int:
-    return upkeep.batches_purge(now=timezone.now())
+    """Retention: processed raw batches, and the placement change log's old rows."""
+    now = timezone.now()
+    upkeep.placement_changes_prune(now=now)
+    return upkeep.batches_purge(now=now)

@@ -1,4 +1,5 @@
-"""Beat's work: re-queue lost batches, mark silent nodes stale, keep partitions and retention."""
+"""Beat's work: re-queue lost batches, mark silent nodes stale, keep partitions and retention,
+prune the placement change log."""
 
 from __future__ import annotations
 
@@ -122,3 +123,26 @@ def batches_purge(*, now: dt.datetime) -> int:
         )
         (count,) = cursor.fetchone() or (0,)
         return int(count)
+
+
+# How long the placement change log keeps a change (telemetry migration 0012).
+PLACEMENT_CHANGES_KEPT = dt.timedelta(days=1)
+
+
+def placement_changes_prune(*, now: dt.datetime) -> int:
+    """Deletes the placement change log's rows older than ``PLACEMENT_CHANGES_KEPT``, but
+    never its newest row. A worker's cached placements are compared by how many changes the
+    log holds from their transaction on, and the id of the last: a deletion only makes a
+    cache look changed (it reads placements once more), and a change made since a cache was
+    read keeps a row newer than any it saw — the newest row is never deleted, so however
+    long a worker sat idle, the log never reads as it did before a change."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            DELETE FROM telemetry_placementchange
+             WHERE changed_at < %s
+               AND id < (SELECT max(id) FROM telemetry_placementchange)
+            """,
+            [now - PLACEMENT_CHANGES_KEPT],
+        )
+        return int(cursor.rowcount)

@@ -152,3 +152,39 @@ def test_a_window_partition_dropped_after_it_was_cached_is_made_again(post):
     assert (result.processed, result.failed, result.windows) == (1, 0, 1)
     assert [start for _, start, _ in stored()] == [at(1)]
     assert set(IngestBatch.objects.values_list("status", flat=True)) == {"processed"}
+
+
+def test_pruning_the_change_log_never_hides_a_change_from_a_cache(post):
+    """Beat prunes the placement change log (``placement_changes_prune``): a worker that
+    cached placements, then sat idle past the horizon while a GPU moved, still sees the move
+    — the newest row is kept — and one whose placements did not change only reads them
+    again."""
+    from telemetry.services.upkeep import placement_changes_prune
+
+    def log() -> list[int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM telemetry_placementchange ORDER BY id")
+            return [row[0] for row in cursor.fetchall()]
+
+    a = fleet_node(gpus=1, placed_from=T0 - dt.timedelta(days=3))
+    b = fleet_node(gpus=1, placed_from=T0 - dt.timedelta(days=3))
+    g = a.gpus[0]
+    send(post, a, [window(g.nvml_uuid, at(0))])
+    assert batches_process(worker="w").windows == 1
+    assert str(a.id) in _PlacementCache.nodes
+    gpu_move(gpu=g, node=b.node, slot=1, at=at(5), by=None, reason="moved")
+    newest = log()[-1]
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=2)  # every change is old by then
+    assert placement_changes_prune(now=later) > 0
+    assert log() == [newest]
+    send(post, a, [window(g.nvml_uuid, at(6))])  # no longer in node a
+    send(post, b, [window(g.nvml_uuid, at(7))])
+    result = batches_process(worker="w")
+    assert (result.processed, result.windows, result.rejected) == (2, 1, 1)
+    assert rejected() == [("not_placed", at(6))]
+    # Nothing changed since: pruning again deletes nothing (the newest stays) and windows
+    # still find their GPU.
+    assert placement_changes_prune(now=later) == 0
+    send(post, b, [window(g.nvml_uuid, at(8))])
+    assert batches_process(worker="w").windows == 1
+    assert stored() == [(g.id, at(0), a.id), (g.id, at(7), b.id), (g.id, at(8), b.id)]
