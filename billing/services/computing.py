@@ -48,11 +48,8 @@ from billing.engine.statement import (
     pool_weight,
 )
 from billing.models import (
-    Adjustment,
-    Payout,
     Period,
     PoolSplit,
-    Statement,
     StatementLine,
 )
 from billing.selectors.facts import (
@@ -65,6 +62,7 @@ from billing.selectors.facts import (
     rate_terms,
     rate_terms_many,
 )
+from billing.selectors.ledger import ledger_rows
 from billing.selectors.usage import DaySums, cells_load_many
 from fleet.models import Cluster, Gpu, Ownership, Placement
 from telemetry.services.collector import collector_paused
@@ -670,43 +668,32 @@ def _statements_compute(
         _cluster_lines(period, window, p, usage, drafts, frozen=split, splits=kept)
 
     # Only the wanted owners' rows, where some are wanted (the others' are dropped below).
-    mine = Q() if owner_ids is None else Q(owner_id__in=list(owner_ids))
+    ledger = ledger_rows(
+        period_id=period.pk,
+        start=period.start,
+        paid_from=window.start.date(),
+        paid_to=window.end.date(),
+        owner_ids=owner_ids,
+        names_of=owner_ids or (),
+    )
     adjustments: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
-    for adj in Adjustment.objects.filter(mine, period_id=period.pk).order_by("created_at", "id"):
-        adjustments[str(adj.owner_id), adj.currency].append(
+    for pk, owner, currency, amount, reason, source, statement_id, line_id in ledger.adjustments:
+        adjustments[str(owner), currency].append(
             {
-                "id": adj.pk,
-                "amount": str(adj.amount),
-                "reason": adj.reason,
-                "source": adj.source,
-                "corrects_statement": str(adj.corrects_statement_id)
-                if adj.corrects_statement_id
-                else None,
-                "corrects_line": adj.corrects_line_id,
+                "id": pk,
+                "amount": str(amount),
+                "reason": reason,
+                "source": source,
+                "corrects_statement": str(statement_id) if statement_id else None,
+                "corrects_line": line_id,
             }
         )
     payouts: dict[StatementKey, list[dict[str, Any]]] = defaultdict(list)
-    for payout in Payout.objects.filter(
-        mine, paid_on__gte=window.start.date(), paid_on__lt=window.end.date()
-    ).order_by("paid_on", "reference"):
-        payouts[str(payout.owner_id), payout.currency].append(
-            {
-                "reference": payout.reference,
-                "amount": str(payout.amount),
-                "paid_on": payout.paid_on.isoformat(),
-            }
+    for owner, currency, reference, amount, paid_on in ledger.payouts:
+        payouts[str(owner), currency].append(
+            {"reference": reference, "amount": str(amount), "paid_on": paid_on.isoformat()}
         )
-    openings: dict[StatementKey, tuple[Decimal, str]] = {}
-    latest = (
-        Statement.objects.filter(
-            mine, status=Statement.Status.PUBLISHED, period__start__lt=period.start
-        )
-        .order_by("owner_id", "currency", "-period__start")
-        .distinct("owner_id", "currency")
-        .values_list("owner_id", "currency", "closing_balance", "id")
-    )
-    for owner_id, currency, balance, statement_id in latest:
-        openings[str(owner_id), currency] = (balance, str(statement_id))
+    openings = ledger.openings
 
     keys = set(drafts) | set(adjustments) | set(payouts)
     keys |= {k for k, (balance, _) in openings.items() if balance != 0}
@@ -714,7 +701,9 @@ def _statements_compute(
         wanted = set(owner_ids)
         keys = {k for k in keys if k[0] in wanted}
         drafts = {k: d for k, d in drafts.items() if k[0] in wanted}
-    names = dict(Owner.objects.filter(pk__in={k[0] for k in keys}).values_list("pk", "legal_name"))
+    names = ledger.names or dict(
+        Owner.objects.filter(pk__in={k[0] for k in keys}).values_list("pk", "legal_name")
+    )
     for key in sorted(keys):
         draft = drafts.setdefault(key, Draft(owner_id=key[0], currency=key[1]))
         opening, opened_from = openings.get(key, (Decimal("0.00"), None))
