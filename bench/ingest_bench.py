@@ -185,9 +185,9 @@ def _group_by_hour() -> float:
         return time.perf_counter() - started
 
 
-def _hot_updates() -> tuple[int, int]:
-    """(HOT updates, updates) of the batch table so far: marking a batch processed should
-    write no index entry. This backend's counters are flushed first."""
+def _hot_updates(table: str = "telemetry_ingestbatch") -> tuple[int, int]:
+    """(HOT updates, updates) of a table so far: marking a batch processed, or a node seen,
+    should write no index entry. This backend's counters are flushed first."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -195,8 +195,8 @@ def _hot_updates() -> tuple[int, int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(
-            "SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables "
-            "WHERE relname = 'telemetry_ingestbatch'"
+            "SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables WHERE relname = %s",
+            [table],
         )
         hot, updated = cursor.fetchone()
     return int(hot), int(updated)
@@ -312,6 +312,8 @@ def bench_worker(fleet: list[Any]) -> dict[str, float]:
         f"windows a commit ({load_before} before, {load()} after); the median of {RUNS} runs:"
     )
     print(f"  batches marked processed by a HOT update: {hot:,} of {updated:,}")
+    hot, updated = _hot_updates("telemetry_nodestatus")
+    print(f"  node status updated by a HOT update: {hot:,} of {updated:,}")
     print(
         f"  derived pass: {hours:,} GPU-hours; (a) + (b) = {windows / (t_a + t_b):,.0f} windows/s"
     )

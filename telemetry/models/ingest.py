@@ -202,13 +202,9 @@ class NodeStatus(models.Model):
     class Meta:
         ordering: ClassVar = ["node"]
         verbose_name_plural = "node statuses"
-        indexes: ClassVar = [
-            models.Index(
-                fields=["last_seen_at"],
-                name="telemetry_node_fresh",
-                condition=models.Q(stale=False),
-            ),
-        ]
+        # No index on last_seen_at: every chunk updates it for its nodes, and an indexed
+        # column would make each of those updates write index entries (not HOT). Beat's
+        # staleness check reads the whole table, one row per node, once a minute.
 
     def __str__(self) -> str:
         return f"{self.node_id} ({'stale' if self.stale else 'fresh'})"

@@ -494,6 +494,30 @@ def test_node_status_tracks_last_seen_and_clock_skew(node, post):
     assert status.agent_version == "0.1.0-test"
 
 
+def test_a_node_seen_again_is_updated_in_place(node, post, now):
+    """Every chunk updates its nodes' status — when each was last seen, a minute later each
+    time — and no index covers the columns it changes, so each update after the first is
+    heap-only (HOT): no index entry written per chunk (telemetry migration 0013)."""
+    from django.db import connection
+
+    from telemetry.models import NodeStatus
+
+    for minute in range(4):
+        send(post, node, [window(node.gpus[0].nvml_uuid, at(minute))])
+        process()
+        now.shift(dt.timedelta(minutes=1))
+    assert NodeStatus.objects.get(node=node.node).last_seen_at == NOW + dt.timedelta(minutes=3)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_stat_get_xact_tuples_updated(c.oid),"
+            " pg_stat_get_xact_tuples_hot_updated(c.oid)"
+            " FROM pg_class c WHERE c.relname = 'telemetry_nodestatus'"
+        )
+        updated, hot = cursor.fetchone()
+    assert updated >= 3
+    assert hot == updated
+
+
 def test_a_set_aside_batch_is_counted_until_an_operator_requeues_it(node, post):
     """An undecodable body is set aside (failed) with its error: out of the workers' queue,
     still unfinished for the console and for a close. Re-queued, it is taken again."""
