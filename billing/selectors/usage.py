@@ -19,6 +19,7 @@ rata of 60 s.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import threading
@@ -265,7 +266,15 @@ class DaySums:
         empty = [NOTHING_TEXT] * len(self.days)
         sums: dict[str, list[DayText]] = {}
         totals: dict[str, tuple[int, int, Decimal, Decimal]] = {}
-        with connection.cursor() as cursor:
+        # Every GPU's days summed is a hash of all of them: in memory, in a transaction of its
+        # own (a few GPUs' need neither).
+        whole_fleet = self.gpus is None
+        with (
+            transaction.atomic() if whole_fleet else contextlib.nullcontext(),
+            connection.cursor() as cursor,
+        ):
+            if whole_fleet:
+                cursor.execute("SET LOCAL work_mem = '64MB'")
             cursor.execute(
                 _DAILY_SUMS if self.gpus is None else _DAILY_SUMS_OF,
                 {"first": first, "days": [day.date() for day in self.days], "gpus": self.gpus},
