@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 from django.db import connection, models
-from django.db.models import Q, Sum
+from django.db.models import Q
 
 from billing.engine.intervals import Interval, intersect
 from billing.engine.statement import OwnershipSlice, PoolBasis, RateTerms, Rental
@@ -383,21 +383,28 @@ def cluster_gpu_ids_many(
     )
 
 
+_POOL_AMOUNTS = f"""
+SELECT cluster_id, currency, sum(amount) FROM {_table(PoolRevenue)}
+ WHERE period_id = %(period)s {{clusters}}
+ GROUP BY cluster_id, currency
+ ORDER BY cluster_id, currency
+"""  # noqa: S608 - table names from the models
+
+
 def pool_amounts(
     *, period_id: int, cluster_ids: Collection[uuid.UUID] | None = None
 ) -> dict[uuid.UUID, dict[str, Decimal]]:
     """The pool revenue entered for a period, per cluster and currency, summed (every
     cluster's, or these clusters')."""
-    rows = PoolRevenue.objects.filter(period_id=period_id)
-    if cluster_ids is not None:
-        rows = rows.filter(cluster_id__in=list(cluster_ids))
+    only = "" if cluster_ids is None else "AND cluster_id = ANY(%(clusters)s::uuid[])"
     pools: dict[uuid.UUID, dict[str, Decimal]] = defaultdict(dict)
-    for cluster_id, currency, total in (
-        rows.values_list("cluster_id", "currency")
-        .annotate(total=Sum("amount"))
-        .order_by("cluster_id", "currency")
-    ):
-        pools[cluster_id][currency] = total
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _POOL_AMOUNTS.format(clusters=only),
+            {"period": period_id, "clusters": _uuids(cluster_ids or ())},
+        )
+        for cluster_id, currency, total in cursor.fetchall():
+            pools[cluster_id][currency] = total
     return pools
 
 
@@ -409,6 +416,18 @@ def rate_terms(
     ]
 
 
+# Rate cards of some clusters and currencies in force at some time in ``[start, end)``.
+_RATE_CARDS = f"""
+SELECT cluster_id, currency, effective_from, effective_to, hosting_fee_per_gpu_month,
+       price_per_kwh, pue, management_fee_pct, waive_hosting_in_operator_incidents,
+       waive_hosting_when_down
+  FROM {_table(RateCard)}
+ WHERE cluster_id = ANY(%(clusters)s::uuid[]) AND currency = ANY(%(currencies)s::text[])
+   AND effective_from < %(end)s AND (effective_to IS NULL OR effective_to > %(start)s)
+ ORDER BY effective_from
+"""  # noqa: S608 - table names from the models
+
+
 def rate_terms_many(
     *, keys: Collection[tuple[uuid.UUID, str]], start: datetime, end: datetime
 ) -> dict[tuple[uuid.UUID, str], list[RateTerms]]:
@@ -416,28 +435,41 @@ def rate_terms_many(
     found: dict[tuple[uuid.UUID, str], list[RateTerms]] = {key: [] for key in keys}
     if not found:
         return found
-    cards = (
-        RateCard.objects.filter(
-            cluster_id__in={c for c, _ in found},
-            currency__in={currency for _, currency in found},
-            effective_from__lt=end,
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RATE_CARDS,
+            {
+                "clusters": _uuids(c for c, _ in found),
+                "currencies": sorted({currency for _, currency in found}),
+                "start": start,
+                "end": end,
+            },
         )
-        .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
-        .order_by("effective_from")
-    )
-    for card in cards:
-        terms = found.get((card.cluster_id, card.currency))
+        cards = cursor.fetchall()
+    for (
+        cluster_id,
+        currency,
+        valid_from,
+        valid_to,
+        fee,
+        price,
+        pue,
+        pct,
+        waive_op,
+        waive_down,
+    ) in cards:
+        terms = found.get((cluster_id, currency))
         if terms is None:  # a currency asked for of another cluster only
             continue
         terms.append(
             RateTerms(
-                interval=_interval(card.effective_from, card.effective_to),
-                hosting_fee_per_gpu_month=card.hosting_fee_per_gpu_month,
-                price_per_kwh=card.price_per_kwh,
-                pue=card.pue,
-                management_fee_pct=card.management_fee_pct,
-                waive_hosting_in_operator_incidents=card.waive_hosting_in_operator_incidents,
-                waive_hosting_when_down=card.waive_hosting_when_down,
+                interval=_interval(valid_from, valid_to),
+                hosting_fee_per_gpu_month=fee,
+                price_per_kwh=price,
+                pue=pue,
+                management_fee_pct=pct,
+                waive_hosting_in_operator_incidents=waive_op,
+                waive_hosting_when_down=waive_down,
             )
         )
     return found

@@ -182,13 +182,14 @@ def clusters_facts(
 
 def _currencies_of(facts: Collection[GpuFacts]) -> dict[str, str]:
     """Each holder of these GPUs (owner id as text) → the currency they are billed in."""
-    holders = {owner for f in facts for owner in f.owner_ids()}
-    return {
-        str(pk): currency
-        for pk, currency in Owner.objects.filter(pk__in=holders).values_list(
-            "pk", "billing_currency"
+    holders = sorted({owner for f in facts for owner in f.owner_ids()})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id::text, billing_currency FROM {Owner._meta.db_table}"  # noqa: S608
+            " WHERE id = ANY(%s::uuid[])",
+            [holders],
         )
-    }
+        return dict(cursor.fetchall())
 
 
 def _prepared(
