@@ -408,14 +408,6 @@ def pool_amounts(
     return pools
 
 
-def rate_terms(
-    *, cluster_id: uuid.UUID, currency: str, start: datetime, end: datetime
-) -> list[RateTerms]:
-    return rate_terms_many(keys=[(cluster_id, currency)], start=start, end=end)[
-        cluster_id, currency
-    ]
-
-
 # Rate cards of some clusters and currencies in force at some time in ``[start, end)``.
 _RATE_CARDS = f"""
 SELECT cluster_id, currency, effective_from, effective_to, hosting_fee_per_gpu_month,
@@ -431,7 +423,8 @@ SELECT cluster_id, currency, effective_from, effective_to, hosting_fee_per_gpu_m
 def rate_terms_many(
     *, keys: Collection[tuple[uuid.UUID, str]], start: datetime, end: datetime
 ) -> dict[tuple[uuid.UUID, str], list[RateTerms]]:
-    """``rate_terms`` of each (cluster, currency), from one query."""
+    """The rate cards in force at some time in ``[start, end)`` of each (cluster, currency),
+    oldest first, from one query."""
     found: dict[tuple[uuid.UUID, str], list[RateTerms]] = {key: [] for key in keys}
     if not found:
         return found

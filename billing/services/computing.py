@@ -59,7 +59,6 @@ from billing.selectors.facts import (
     pool_amounts,
     pool_basis_in_force,
     rate_boundaries,
-    rate_terms,
     rate_terms_many,
 )
 from billing.selectors.ledger import ledger_rows
@@ -202,10 +201,10 @@ def _prepared(
     *,
     basis: PoolBasis,
     currencies: list[str],
-    terms: dict[str, list[RateTerms]] | None = None,
+    terms: dict[str, list[RateTerms]],
 ) -> ClusterFacts:
     """The cluster's facts checked (no revenue lost to a currency) and cut (``terms``: the
-    rate cards of each currency, when already read)."""
+    rate cards of each currency)."""
     # Revenue in a currency some holder of the GPU is not billed in would be lost to them.
     for fact in facts:
         revenue_currencies = {c for c, _ in fact.rentals} | {c for c, a in pools.items() if a}
@@ -222,12 +221,7 @@ def _prepared(
                     }
                 )
 
-    if terms is None:
-        terms = {
-            c: rate_terms(cluster_id=cluster.pk, currency=c, start=window.start, end=window.end)
-            for c in currencies
-        }
-    cuts = set().union(*(rate_boundaries(t, window) for t in terms.values())) if terms else set()
+    cuts = set().union(*(rate_boundaries(t, window) for t in terms.values()))
     # Cells also end at every UTC midnight, so a statement's frozen inputs answer for each day
     # (the daily series of its report). Midnights are hour boundaries: the figures are unchanged.
     cuts |= day_boundaries(window)
