@@ -49,13 +49,20 @@ def pool_basis_in_force(*, cluster_id: uuid.UUID, at: datetime) -> PoolBasis:
     For a period, ask at its start: a change takes effect only at a period's start
     (``cluster_pool_basis_set``), so one basis holds for the whole period, and a period
     recomputed later (reconciliation) gets the basis it was computed with."""
-    basis = (
-        ClusterBilling.objects.filter(cluster_id=cluster_id, effective_from__lte=at)
-        .order_by("-effective_from")
-        .values_list("pool_split_basis", flat=True)
-        .first()
+    return pool_bases_in_force(cluster_ids=[cluster_id], at=at)[cluster_id]
+
+
+def pool_bases_in_force(
+    *, cluster_ids: Collection[uuid.UUID], at: datetime
+) -> dict[uuid.UUID, PoolBasis]:
+    """``pool_basis_in_force`` of each of these clusters, from one query."""
+    latest = dict(
+        ClusterBilling.objects.filter(cluster_id__in=list(cluster_ids), effective_from__lte=at)
+        .order_by("cluster_id", "-effective_from")
+        .distinct("cluster_id")
+        .values_list("cluster_id", "pool_split_basis")
     )
-    return PoolBasis(basis) if basis is not None else PoolBasis.UP_SECONDS
+    return {c: PoolBasis(latest[c]) if c in latest else PoolBasis.UP_SECONDS for c in cluster_ids}
 
 
 @dataclass

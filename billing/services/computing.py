@@ -10,7 +10,9 @@ A whole run can hand back each cluster's pool split (``splits``) for the close t
 (``billing.models.PoolSplit``). Recomputing some owners' drafts with ``reuse_split`` then
 loads and measures only their GPUs, taking each GPU's part of the pool from the frozen split
 — the work of those GPUs alone, not of their clusters — and refuses where the split no
-longer holds for them.
+longer holds for them (a ``ValidationError`` naming the cluster), or asks for more owners
+where a GPU they hold or held changed hands since (``SplitNeedsOwners``: its co-holders
+must be redrafted with them).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from billing.selectors.facts import (
     cluster_gpu_ids_many,
     gpu_facts_by_cluster,
     pool_amounts,
-    pool_basis_in_force,
+    pool_bases_in_force,
     rate_boundaries,
     rate_terms_many,
 )
@@ -157,6 +159,7 @@ def clusters_facts(
         end=window.end,
     )
     pools = pool_amounts(period_id=period.pk, cluster_ids=gpus_in)
+    bases = pool_bases_in_force(cluster_ids=list(gpus_in), at=period.start)
     clusters = Cluster.objects.in_bulk(list(gpus_in))
     prepared = []
     for cluster_id in cluster_ids:
@@ -171,7 +174,7 @@ def clusters_facts(
                 facts[cluster_id],
                 holders[cluster_id],
                 pools[cluster_id],
-                basis=pool_basis_in_force(cluster_id=cluster_id, at=period.start),
+                basis=bases[cluster_id],
                 currencies=currencies,
                 terms={c: terms[cluster_id, c] for c in currencies},
             )
@@ -374,14 +377,14 @@ def _holding(gpu_ids: Collection[uuid.UUID], window: Interval) -> Any:
 
 # Some clusters' frozen splits, with each GPU's part only for the GPUs asked about: a split
 # holds every GPU of its cluster (~100 KB of parts for 1,000 GPUs), picked in the database.
-_SPLITS_OF = """
+_SPLITS_OF = f"""
 SELECT s.id, s.cluster_id, s.currency, s.pool_basis, s.amount, s.total_weight, s.computed_at,
-       (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}'::jsonb)
+       (SELECT coalesce(jsonb_object_agg(e.key, e.value), '{{}}'::jsonb)
           FROM jsonb_each(s.parts) AS e
          WHERE e.key = ANY(%(gpus)s::text[]))
-  FROM billing_poolsplit s
+  FROM {PoolSplit._meta.db_table} s
  WHERE s.period_id = %(period)s AND s.cluster_id = ANY(%(clusters)s::uuid[])
-"""
+"""  # noqa: S608 - the table name from the model
 
 
 def _splits_of(
@@ -622,7 +625,8 @@ def statements_compute(
     ``reuse_split`` (with ``owner_ids``, for a whole period): only these owners' GPUs are
     loaded and measured, and each one's part of its cluster's pool is taken from the split the
     period's last whole run froze (``PoolSplit``); a ``ValidationError`` says which cluster's
-    split no longer holds. ``splits`` (a whole run): each cluster's split is added to it.
+    split no longer holds, and ``SplitNeedsOwners`` which co-holders must be redrafted with
+    them. ``splits`` (a whole run): each cluster's split is added to it.
     """
     if reuse_split and (owner_ids is None or until is not None):
         raise ValueError("reuse_split recomputes some owners' drafts of a whole period")
@@ -645,7 +649,7 @@ def _statements_compute(
     # and the cells are cut (outside a transaction only; for a few owners, per cell instead).
     day_sums = DaySums.start(window) if owner_ids is None else None
     try:
-        if reuse_split and owner_ids is not None:
+        if reuse_split and owner_ids is not None:  # (checked above; narrows the type)
             prepared, frozen = _redraft_facts(period, window, owner_ids)
         else:
             prepared = clusters_facts(period, window, clusters_in(window, owner_ids))
