@@ -262,7 +262,7 @@ def _claim(
             count += row[5]
         if len(fetched) < page or count >= windows or len(rows) >= batches:
             break
-        _BatchSize.windows = average = max(1, count / len(rows))
+        average = max(1, count / len(rows))
         page = min(batches - len(rows), max(1, -(-(windows - count) // int(average))))
         last = rows[-1]
         cursor.execute(
