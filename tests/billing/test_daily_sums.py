@@ -114,7 +114,8 @@ def test_a_gpu_cut_into_whole_days_takes_them_as_one_slice(oscar, disclosure, mo
 def test_energy_text_from_the_database_is_pythons_str_of_the_decimal():
     """The day sums hand energy (scale 9) over as text that must be ``str()`` of the Decimal
     the cells would otherwise hold — the frozen inputs' text is made from it — and busy
-    (scale 3) as PostgreSQL's own text: the two differ only below 10⁻⁶ (scientific
+    (scale 3) as PostgreSQL's own text (``::text`` in the day sums' query, so the second half
+    pins that assumption about PostgreSQL): the two differ only below 10⁻⁶ (scientific
     notation), which ``_decimal_text_9`` writes as Python does."""
     import random
 

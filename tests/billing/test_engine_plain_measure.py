@@ -2,6 +2,7 @@
 measured by sums taken in C (``CellUsage.of_sorted(plain_seconds=…)``): the same figures as the
 general loop to the last digit and exponent, over every window of whole cells."""
 
+import contextlib
 import itertools
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, localcontext
@@ -63,19 +64,11 @@ def test_plain_cells_measure_as_the_loop_does(cells, in_money_context):
     fast = CellUsage.of_sorted(cells, plain_seconds=seconds)
     loop = CellUsage(cells)
     assert fast.cells == loop.cells
-    with money_context() if in_money_context else _nothing():
+    with money_context() if in_money_context else contextlib.nullcontext():
         for i, j in itertools.combinations(range(len(cells) + 1), 2):
             window = Interval(cells[i].interval.start, cells[j - 1].interval.end)
             # repr: Decimal's equality ignores the exponent, its text does not.
             assert repr(fast.measure(window)) == repr(loop.measure(window)), window
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 @settings(max_examples=200, deadline=None)
