@@ -17,23 +17,13 @@ from telemetry.models import IngestBatch, RejectedRecord, TelemetryWindow
 from telemetry.services.partitions import partition_name
 from telemetry.services.processing import batches_process
 from telemetry.services.processing.validation import _PlacementCache
-from telemetry.testing import batch_document, fleet_node, window
-
-T0 = dt.datetime(2026, 11, 21, 9, 0, tzinfo=dt.UTC)
+from telemetry.testing import fleet_node, window
+from tests.telemetry.test_derived import T0, at, send
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("no_queued_passes"),  # the session's real worker must not take them
 ]
-
-
-def at(minutes: int) -> dt.datetime:
-    return T0 + dt.timedelta(minutes=minutes)
-
-
-def send(post, node, windows):
-    response = post(node, batch_document(node=node, windows=windows))
-    assert response.status_code == 202, response.json()
 
 
 def stored() -> list[tuple[object, dt.datetime, object]]:

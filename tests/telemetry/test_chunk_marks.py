@@ -13,15 +13,10 @@ from telemetry.services import derived
 from telemetry.services import processing as processing_module
 from telemetry.services.derived import derived_drain, derived_mark, derived_process, instant_marks
 from telemetry.services.processing import batches_process
-from telemetry.testing import batch_document, window
-from tests.telemetry.test_derived import HOUR, T0, at, marks
+from telemetry.testing import window
+from tests.telemetry.test_derived import HOUR, T0, at, marks, send
 
 pytestmark = pytest.mark.usefixtures("now")
-
-
-def send(post, node, windows):
-    response = post(node, batch_document(node=node, windows=windows))
-    assert response.status_code == 202, response.json()
 
 
 def _marks_with_lo() -> list[tuple[object, object, object]]:
