@@ -20,7 +20,8 @@ from core.instants import iso_z
 from fleet.models import Cluster, Gpu, GpuModel, LifecycleState, Node, Placement, Site
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature
 from telemetry.models import BatchBody, IngestBatch, NodeCredential
-from telemetry.schema import gzip_json
+from telemetry.schema import BodyTooLarge, SchemaError, batch_decode_gzip, gzip_json
+from telemetry.services.processing.prepared import rows_encode, rows_prepare
 
 BATCHES_PATH = "/api/v1/telemetry/batches"
 
@@ -198,16 +199,29 @@ def minute(at: dt.datetime) -> dt.datetime:
     return at.replace(second=0, microsecond=0)
 
 
-def batches_stored(batches: list[tuple[IngestBatch, bytes]]) -> list[IngestBatch]:
+def batches_stored(
+    batches: list[tuple[IngestBatch, bytes]], *, prepared: bool = True
+) -> list[IngestBatch]:
     """Stores (batch, body) pairs straight in PostgreSQL, as the endpoint would have (the
     batch table's trigger queues the pending ones): for tests and benchmarks that need stored
-    batches whose task was never sent, or a backlog faster than the endpoint takes it."""
+    batches whose task was never sent, or a backlog faster than the endpoint takes it.
+
+    With ``prepared``, each decodable body's windows are stored as COPY-ready rows beside it,
+    as the endpoint stores them; without, as a batch stored before the endpoint did."""
     stored = IngestBatch.objects.bulk_create([batch for batch, _ in batches], batch_size=500)
     BatchBody.objects.bulk_create(
         [
-            BatchBody(batch=batch, body=body)
+            BatchBody(batch=batch, body=body, rows=_rows(batch, body) if prepared else None)
             for batch, (_, body) in zip(stored, batches, strict=True)
         ],
         batch_size=500,
     )
     return stored
+
+
+def _rows(batch: IngestBatch, body: bytes) -> bytes | None:
+    try:
+        decoded = batch_decode_gzip(body, limit=1 << 26)
+    except (SchemaError, BodyTooLarge):
+        return None  # the endpoint would have refused it: a test's broken body
+    return rows_encode(rows_prepare(decoded, batch.node_id))

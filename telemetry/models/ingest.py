@@ -87,6 +87,9 @@ class BatchBody(models.Model):
         IngestBatch, on_delete=models.CASCADE, primary_key=True, related_name="raw"
     )
     body = models.BinaryField()
+    # The windows as the worker's COPY sends them, made by the endpoint from the body it
+    # decoded (``telemetry.services.processing.prepared``); null for batches stored before.
+    rows = models.BinaryField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"body of batch {self.batch_id}"

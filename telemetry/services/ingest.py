@@ -39,6 +39,7 @@ def batch_receive(
     node_id: uuid.UUID,
     batch_id: uuid.UUID,
     body: bytes,
+    rows: bytes | None = None,
     body_sha256: str,
     signed_at: dt.datetime,
     received_at: dt.datetime,
@@ -52,7 +53,8 @@ def batch_receive(
     from a replay of a committed batch (200, the original answer); the unique constraint is
     what finally guarantees one row per key. Lock and insert are one statement in autocommit:
     the batch is committed when it returns. ``schema`` is the body's schema version (1 or 2),
-    kept on the batch for operators.
+    kept on the batch for operators; ``rows``, the windows as the worker's COPY sends them
+    (``telemetry.services.processing.prepared``), stored beside the body.
     """
     answer = {
         "batch_id": str(batch_id),
@@ -79,7 +81,8 @@ def batch_receive(
                 RETURNING id
             ),
             raw AS (
-                INSERT INTO telemetry_batchbody (batch_id, body) SELECT id, %s FROM stored
+                INSERT INTO telemetry_batchbody (batch_id, body, rows)
+                SELECT id, %s, %s FROM stored
             )
             SELECT lock.locked, EXISTS (SELECT FROM stored) FROM lock
             """,
@@ -95,6 +98,7 @@ def batch_receive(
                 event_count,
                 json.dumps(answer),
                 body,
+                rows,
             ],
         )
         locked, inserted = cursor.fetchone() or (False, False)

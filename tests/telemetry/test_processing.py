@@ -578,14 +578,18 @@ def test_a_chunk_that_fails_is_retried_batch_by_batch_and_the_bad_one_set_aside(
     for minute in range(3):
         send(post, node, [window(node.gpus[0].nvml_uuid, at(minute))])
     _, poison, _ = IngestBatch.objects.order_by("id")
-    validate = processing._validate
 
-    def failing(loaded, *args, **kwargs):
-        if any(item.id == poison.pk for item in loaded):
-            raise ValueError("a row this worker cannot build")
-        return validate(loaded, *args, **kwargs)
+    def failing(validate):
+        def checked(loaded, *args, **kwargs):
+            if any(item.id == poison.pk for item in loaded):
+                raise ValueError("a row this worker cannot build")
+            return validate(loaded, *args, **kwargs)
 
-    monkeypatch.setattr(processing, "_validate", failing)
+        return checked
+
+    # The chunk checks prepared rows; the batch-by-batch retry, decoded bodies.
+    for name in ("_validate", "_validate_prepared"):
+        monkeypatch.setattr(processing, name, failing(getattr(processing, name)))
     result = batches_process(worker="test-worker")
     assert (result.claimed, result.processed, result.failed, result.windows) == (3, 2, 1, 2)
     poison.refresh_from_db()

@@ -74,6 +74,7 @@ from telemetry.services.processing.copy import (
     _window_row,
     _windows_stage,
 )
+from telemetry.services.processing.prepared import COPY_PREPARED, instant
 from telemetry.services.processing.validation import (
     NO_VERSION,
     _decode,
@@ -84,6 +85,7 @@ from telemetry.services.processing.validation import (
     _placements,
     _retention_floor,
     _validate,
+    _validate_prepared,
     _Work,
     placements_forget,
     version_read,
@@ -267,7 +269,7 @@ def _chunk_process(
         )
         loaded, broken = _decode(rows)
         # A set: a chunk's windows share a handful of minutes.
-        starts = {w.window_start for item in loaded for w in item.batch.windows}
+        starts = [instant(us) for us in {w[1] for item in loaded for w in item.rows.windows}]
         # UTC days: the endpoint takes only UTC times, but a batch stored before it did may not.
         days = {start.astimezone(dt.UTC).date() for start in starts if floor <= start <= ceiling}
         if days and outer:
@@ -279,7 +281,7 @@ def _chunk_process(
         # change log reads as it did when they were cached. Inside a caller's transaction
         # (tests) they are read afresh and not cached.
         version = None if outer else version_read(rows[0], since)[0]
-        placed = _placements(cursor, loaded, starts, version=version, database=database)
+        placed = _placements(cursor, loaded, set(starts), version=version, database=database)
         work = _validate_and_write(
             cursor, loaded, placed, now=now, floor=floor, optimistic=optimistic_copy
         )
@@ -333,17 +335,16 @@ def _validate_and_write(
     floor: dt.datetime,
     optimistic: bool,
 ) -> _Work:
-    """Validates the windows and writes them. Optimistically, each row goes into a binary
-    COPY straight into the partitioned table as soon as it is built, so PostgreSQL inserts
-    while Python validates the rest. If any window is already stored (a replay in a new
-    batch), the savepoint is rolled back, and the chunk is validated again and written
-    through a TEMP stage with ``ON CONFLICT DO NOTHING``."""
+    """Validates the windows and writes them. Optimistically, the prepared rows go into a
+    binary COPY straight into the partitioned table as they are checked, so PostgreSQL
+    inserts while Python checks the rest. If any window is already stored (a replay in a new
+    batch), the savepoint is rolled back, and the chunk's bodies are decoded, validated again
+    and written through a TEMP stage with ``ON CONFLICT DO NOTHING``."""
     if optimistic:
         savepoint = transaction.savepoint_create()
         try:
-            with cursor.copy(COPY_WINDOWS) as copy:
-                copy.set_types(WINDOW_WIRE_TYPES)
-                work = _validate(loaded, placed, now=now, floor=floor, emit=copy.write_row)
+            with cursor.copy(COPY_PREPARED) as copy:
+                work = _validate_prepared(loaded, placed, now=now, floor=floor, write=copy.write)
         except psycopg.errors.UniqueViolation:
             transaction.savepoint_rollback(savepoint)
             for item in loaded:

@@ -5,6 +5,7 @@ per-node lock that serialises writers of one node."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import logging
 import os
@@ -206,7 +207,7 @@ WITH suspect AS MATERIALIZED (
     SELECT * FROM suspect UNION ALL SELECT * FROM fresh
 )
 SELECT b.id, b.node_id, r.body, b.received_at, b.signed_at, b.window_count, q.attempts,
-       q.received_at, v.*
+       q.received_at, r.rows, v.*
   FROM queued q
   JOIN telemetry_ingestbatch b ON b.id = q.batch_id
   LEFT JOIN telemetry_batchbody r ON r.batch_id = q.batch_id
@@ -273,6 +274,7 @@ def _claim(
     return rows
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _node_lock_id(node_id: uuid.UUID) -> int:
     digest = hashlib.sha256(f"telemetry-node:{node_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)

@@ -212,8 +212,8 @@ def _node_status_json(loaded: list[_Loaded]) -> str:
             "seen": item.received_at,
             "wend": window_end.get(key),
             "skew": (item.signed_at - item.received_at).total_seconds(),
-            "av": item.batch.agent.version or "",
-            "dv": item.batch.agent.driver_version or "",
+            "av": item.rows.agent_version,
+            "dv": item.rows.driver_version,
         }
         for key, item in latest.items()
     )

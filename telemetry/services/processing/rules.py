@@ -15,6 +15,10 @@ from typing import Any
 from telemetry.schema import Window
 
 _EPS = 1e-6
+# Which rules these are: part of the layout of the rows the endpoint prepares
+# (``prepared.LAYOUT``), which say whether no rule can fail. Raise it with any change to the
+# rules, and rows prepared under the old ones are made again from their bodies.
+RULES_VERSION = 1
 
 
 def window_impossible(w: Window) -> str | None:

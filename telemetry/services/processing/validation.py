@@ -11,7 +11,7 @@ import bisect
 import datetime as dt
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -19,6 +19,17 @@ from django.conf import settings
 
 from telemetry.schema import EVENT_KINDS, Batch, SchemaError, Window, batch_decode_gzip
 from telemetry.services.processing.copy import _to_builtins, _window_row
+from telemetry.services.processing.prepared import (
+    COPY_SIGNATURE,
+    COPY_TRAILER,
+    ROW_HEAD,
+    PreparedRows,
+    batch_field,
+    instant,
+    micros,
+    rows_decode,
+    rows_prepare,
+)
 from telemetry.services.processing.rules import window_fine, window_impossible
 
 
@@ -28,11 +39,22 @@ class _Loaded:
     node_id: uuid.UUID
     received_at: dt.datetime
     signed_at: dt.datetime
-    batch: Batch
+    body: bytes  # as received (gzip(JSON))
+    rows: PreparedRows  # its windows as COPY-ready rows (``prepared``)
+    decoded: Batch | None = None  # the body, once something needed it decoded
     accepted_windows: int = 0
     accepted_events: int = 0
     rejected: int = 0
     last_window_end: dt.datetime | None = None
+
+    @property
+    def batch(self) -> Batch:
+        """The body, decoded on first use: for its events, a window refused (with what it
+        said), or a chunk that replays stored windows."""
+        if self.decoded is None:
+            limit = settings.TELEMETRY_MAX_INFLATED_BYTES
+            self.decoded = batch_decode_gzip(self.body, limit=limit, checked=True)
+        return self.decoded
 
 
 @dataclass
@@ -49,18 +71,25 @@ class _Work:
 
 
 def _decode(rows: list[Any]) -> tuple[list[_Loaded], list[tuple[int, str]]]:
+    """The claimed batches with their prepared rows: as the endpoint stored them, or made
+    here from the body (a batch stored before the endpoint prepared rows, or under another
+    ``prepared.LAYOUT``). A batch whose body is missing or does not decode is broken."""
     loaded, broken = [], []
     limit = settings.TELEMETRY_MAX_INFLATED_BYTES
-    for bid, node_id, body, received_at, signed_at, *_ in rows:
+    for bid, node_id, body, received_at, signed_at, _, _, _, stored, *_ in rows:
         if body is None:
             broken.append((bid, "no body stored"))
             continue
-        try:
-            batch = batch_decode_gzip(bytes(body), limit=limit, checked=True)
-        except (SchemaError, Exception) as exc:
-            broken.append((bid, f"undecodable body: {exc}"))
-            continue
-        loaded.append(_Loaded(bid, node_id, received_at, signed_at, batch))
+        prepared = rows_decode(stored)
+        batch = None
+        if prepared is None:
+            try:
+                batch = batch_decode_gzip(bytes(body), limit=limit, checked=True)
+            except (SchemaError, Exception) as exc:
+                broken.append((bid, f"undecodable body: {exc}"))
+                continue
+            prepared = rows_prepare(batch, node_id)
+        loaded.append(_Loaded(bid, node_id, received_at, signed_at, bytes(body), prepared, batch))
     return loaded, broken
 
 
@@ -83,13 +112,9 @@ Intervals = list[tuple[dt.datetime, dt.datetime | None, uuid.UUID]]
 class _NodePlacements:
     whole: dict[str, uuid.UUID] = field(default_factory=dict)
     whole_wire: dict[str, bytes] = field(default_factory=dict)  # the same ids, as COPY sends them
+    # The same ids as a prepared row begins: its field count, then the id as a COPY field.
+    whole_head: dict[str, bytes] = field(default_factory=dict)
     dated: dict[str, Intervals] = field(default_factory=dict)
-
-    def ids(self) -> Iterator[tuple[str, uuid.UUID]]:
-        yield from self.whole.items()
-        for nvml, intervals in self.dated.items():
-            for _, _, gpu_id in intervals:
-                yield nvml, gpu_id
 
     def gpu_at(self, gpu_uuid: str, at: dt.datetime) -> uuid.UUID | None:
         gpu_id = self.whole.get(gpu_uuid)
@@ -170,6 +195,7 @@ class _NodeHistory:
             if count[nvml] == 1 and valid_from <= lo and (valid_to is None or valid_to > hi):
                 node.whole[nvml] = gpu_id
                 node.whole_wire[nvml] = gpu_id.bytes
+                node.whole_head[nvml] = ROW_HEAD + gpu_id.bytes
             else:
                 node.dated.setdefault(nvml, []).append((valid_from, valid_to, gpu_id))
         return node
@@ -247,7 +273,9 @@ def _placements(
     ``version``: the placement change log's version as the chunk's claim read it, counted
     from the cache's own ``since``; the nodes cached at that version are not read again
     (None: nothing cached is used or kept)."""
-    instants = [*starts, *(e.occurred_at for item in loaded for e in item.batch.events)]
+    instants = [
+        *starts, *(e.occurred_at for item in loaded if item.rows.events for e in item.batch.events)
+    ]  # fmt: skip
     if not instants:
         return {}
     lo, hi = min(instants), max(instants)
@@ -274,6 +302,27 @@ def _placements(
     return {key: cached[key].over(lo, hi) for key in nodes}
 
 
+def _gpu_ids(placed: dict[str, _NodePlacements]) -> dict[str, uuid.UUID]:
+    """NVML UUID → GPU id over the chunk's placements (the marks' GPUs)."""
+    ids: dict[str, uuid.UUID] = {}
+    for node in placed.values():
+        ids.update(node.whole)
+        for nvml, intervals in node.dated.items():
+            for _, _, gpu_id in intervals:
+                ids[nvml] = gpu_id
+    return ids
+
+
+def _reject(
+    work: _Work, item: _Loaded, kind: str, index: int, gpu_uuid: str, at: dt.datetime,
+    reason: str, detail: str, payload: Any,
+) -> None:  # fmt: skip
+    item.rejected += 1
+    work.rejections.append(
+        (item.id, item.node_id, kind, index, gpu_uuid, at, reason, detail, payload)
+    )
+
+
 def _validate(
     loaded: list[_Loaded],
     placed: dict[str, _NodePlacements],
@@ -282,11 +331,14 @@ def _validate(
     floor: dt.datetime,
     emit: Callable[[tuple[Any, ...]], None] | None,
 ) -> _Work:
-    """Checks every window and event, collects COPY rows, rejections and (GPU, hour) marks.
+    """Checks every window and event of the decoded bodies, collects COPY rows (in
+    ``WINDOW_COLUMNS`` order), rejections and (GPU, hour) marks: the path of a chunk that
+    replays stored windows (``emit`` None: the rows are kept, with where each came from).
+    ``_validate_prepared`` is the same checks over the prepared rows.
 
     Duplicates inside the chunk are not looked for: a repeated (GPU, minute) makes the
     optimistic COPY fail and the chunk goes through the ON CONFLICT stage instead."""
-    work = _Work(gpu_ids={nvml: gpu_id for node in placed.values() for nvml, gpu_id in node.ids()})
+    work = _Work(gpu_ids=_gpu_ids(placed))
     rows = work.window_rows
     marks = work.marks
     hour_of: dict[dt.datetime, dt.datetime] = {}
@@ -298,14 +350,6 @@ def _validate(
         node_wire, batch_pk = item.node_id.bytes, item.id
         last: Window | None = None  # the newest window accepted
         accepted = 0
-
-        def reject(kind: str, index: int, gpu_uuid: str, at: dt.datetime, reason: str,
-                   detail: str, payload: Any, item: _Loaded = item) -> None:  # fmt: skip
-            item.rejected += 1
-            work.rejections.append(
-                (item.id, item.node_id, kind, index, gpu_uuid, at, reason, detail, payload)
-            )
-
         for index, w in enumerate(item.batch.windows):
             start = w.window_start
             gpu_wire = whole.get(w.gpu_uuid)
@@ -315,7 +359,8 @@ def _validate(
             if gpu_wire is None or start > future or start < floor or not window_fine(w):
                 problem = _window_problem(w, gpu_wire, item, future, floor)
                 if problem is not None:
-                    reject("window", index, w.gpu_uuid, start, *problem, _to_builtins(w))
+                    _reject(work, item, "window", index, w.gpu_uuid, start, *problem,
+                            _to_builtins(w))  # fmt: skip
                     continue
                 if gpu_wire is None:  # _window_problem refuses a window of no placed GPU
                     raise RuntimeError(f"window of GPU {w.gpu_uuid} neither placed nor refused")
@@ -324,7 +369,7 @@ def _validate(
                 last = w
             row = _window_row(w, gpu_wire, node_wire, batch_pk)
             if emit is not None:
-                emit(row)  # streamed: only the staged path (no emit) needs the rows kept
+                emit(row)
             else:
                 rows.append(row)
                 work.window_refs.append((item, index, w))
@@ -341,26 +386,117 @@ def _validate(
         item.last_window_end = (
             None if last is None else last.window_start + dt.timedelta(seconds=last.observed_to)
         )
-        for index, e in enumerate(item.batch.events):
-            if e.kind not in EVENT_KINDS:
-                detail = f"event kind {e.kind!r} is not one this server knows"
-                reject("event", index, e.gpu_uuid or "", e.occurred_at, "unknown_kind", detail,
-                       _to_builtins(e))  # fmt: skip
-                continue
-            if e.occurred_at > future:
-                reject("event", index, e.gpu_uuid or "", e.occurred_at, "future",
-                       f"occurred_at is {(e.occurred_at - item.received_at).total_seconds():.0f} s after receipt",  # noqa: E501
-                       _to_builtins(e))  # fmt: skip
-                continue
-            # An event may name a GPU that is not (or no longer) placed here — gpu_appeared,
-            # gpu_missing — so it is kept, with the GPU resolved only when it is placed.
-            gpu_id = node.gpu_at(e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
-            item.accepted_events += 1
-            work.event_rows.append(
-                (item.node_id, e.event_id, gpu_id, e.gpu_uuid or "", e.kind, e.occurred_at, e.xid,
-                 json.dumps(e.detail, allow_nan=False, default=str), item.id)
-            )  # fmt: skip
+        _events_check(work, item, node, future)
     return work
+
+
+_HOUR_US = 3_600_000_000
+_FLUSH_BYTES = 1 << 16  # what the prepared path gathers before it hands it to the COPY
+
+
+def _validate_prepared(
+    loaded: list[_Loaded],
+    placed: dict[str, _NodePlacements],
+    *,
+    now: dt.datetime,
+    floor: dt.datetime,
+    write: Callable[[bytes | bytearray], Any],
+) -> _Work:
+    """``_validate`` over the prepared rows, for the optimistic COPY (``COPY_PREPARED``):
+    the same checks in the same order, and the same rejections, marks and counts, from the
+    stored fields. Per window it resolves the GPU, compares two instants as integers and
+    appends the row's four pieces; a window that is not plainly fine (of no GPU placed at
+    its instant, beyond the clock or retention, or not ``window_fine``) is judged as
+    ``_validate`` judges it, from its decoded body. ``write`` gets the binary COPY data,
+    signature and trailer included, about 64 KB at a time (PostgreSQL inserts them while
+    Python checks the rest)."""
+    work = _Work(gpu_ids=_gpu_ids(placed))
+    marks: dict[tuple[str, int], int] = {}
+    future_limit = _future_limit()
+    floor_us = micros(floor)
+    out = bytearray(COPY_SIGNATURE)
+    for item in loaded:
+        rows = item.rows
+        future = item.received_at + future_limit
+        future_us = micros(future)
+        node = placed.get(str(item.node_id), _NOWHERE)
+        heads = node.whole_head
+        names = rows.gpus
+        batch_pk = batch_field(item.id)
+        last_start = last_end = -1  # the newest window accepted
+        accepted = 0
+        for index, (gpu, start, end, fine, fields) in enumerate(rows.windows):
+            nvml = names[gpu]
+            head = heads.get(nvml)
+            if head is None:  # placed on the node for part of the chunk's span, or not at all
+                placed_id = node.gpu_at(nvml, instant(start))
+                head = None if placed_id is None else ROW_HEAD + placed_id.bytes
+            if head is None or start > future_us or start < floor_us or not fine:
+                w = item.batch.windows[index]
+                placed_id = node.gpu_at(nvml, w.window_start)
+                gpu_wire = None if placed_id is None else placed_id.bytes
+                problem = _window_problem(w, gpu_wire, item, future, floor)
+                if problem is not None:
+                    _reject(work, item, "window", index, nvml, w.window_start, *problem,
+                            _to_builtins(w))  # fmt: skip
+                    continue
+                if gpu_wire is None:  # _window_problem refuses a window of no placed GPU
+                    raise RuntimeError(f"window of GPU {nvml} neither placed nor refused")
+                head = ROW_HEAD + gpu_wire
+            accepted += 1
+            if start > last_start:
+                last_start, last_end = start, end
+            out += head
+            out += batch_pk
+            out += fields
+            key = (nvml, start - start % _HOUR_US)
+            earliest = marks.get(key)
+            if earliest is None or start < earliest:
+                marks[key] = start
+        item.accepted_windows = accepted
+        item.last_window_end = None if last_start < 0 else instant(last_end)
+        if rows.events:
+            _events_check(work, item, node, future)
+        if len(out) >= _FLUSH_BYTES:
+            write(out)
+            out = bytearray()
+    out += COPY_TRAILER
+    write(out)
+    # The marks as ``_validate`` keys them: instants, shared by the many GPUs of a minute.
+    instants: dict[int, dt.datetime] = {}
+    for (nvml, hour), lo in marks.items():
+        at = instants.get(hour)
+        if at is None:
+            at = instants[hour] = instant(hour)
+        since = instants.get(lo)
+        if since is None:
+            since = instants[lo] = instant(lo)
+        work.marks[(nvml, at)] = since
+    return work
+
+
+def _events_check(work: _Work, item: _Loaded, node: _NodePlacements, future: dt.datetime) -> None:
+    """The batch's events: kept once their kind is known and their instant not beyond the
+    clock, each with its GPU resolved where that GPU is placed."""
+    for index, e in enumerate(item.batch.events):
+        if e.kind not in EVENT_KINDS:
+            detail = f"event kind {e.kind!r} is not one this server knows"
+            _reject(work, item, "event", index, e.gpu_uuid or "", e.occurred_at, "unknown_kind",
+                    detail, _to_builtins(e))  # fmt: skip
+            continue
+        if e.occurred_at > future:
+            _reject(work, item, "event", index, e.gpu_uuid or "", e.occurred_at, "future",
+                    f"occurred_at is {(e.occurred_at - item.received_at).total_seconds():.0f} s after receipt",  # noqa: E501
+                    _to_builtins(e))  # fmt: skip
+            continue
+        # An event may name a GPU that is not (or no longer) placed here — gpu_appeared,
+        # gpu_missing — so it is kept, with the GPU resolved only when it is placed.
+        gpu_id = node.gpu_at(e.gpu_uuid, e.occurred_at) if e.gpu_uuid else None
+        item.accepted_events += 1
+        work.event_rows.append(
+            (item.node_id, e.event_id, gpu_id, e.gpu_uuid or "", e.kind, e.occurred_at, e.xid,
+             json.dumps(e.detail, allow_nan=False, default=str), item.id)
+        )  # fmt: skip
 
 
 def _window_problem(
