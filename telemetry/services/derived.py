@@ -18,6 +18,15 @@ Races, and why none loses work:
   ``FOR UPDATE SKIP LOCKED``, so it never takes a mark whose windows are not yet committed; and
   a window transaction that meets a mark the pass holds waits for the pass to commit (the mark
   is then gone) and inserts a fresh one, which the next pass takes.
+* A worker process does not write a mark it wrote before while no pass can have claimed it
+  since (``processing.marks``): each pass takes a number from ``telemetry_derived_pass_seq``
+  before it claims, under ``MARKS_LOCK`` held exclusively (``_marks_frozen``), and every
+  chunk that relies on what its process remembers holds that lock shared from the moment it
+  reads the number to its commit. So a pass claims only after every such chunk that read the
+  old number has committed (its windows are then visible to the pass), and a chunk that
+  starts after the claim reads the new number and writes its marks again. Marks removed any
+  other way (a truncate, a delete by hand) move the number too (a trigger, telemetry
+  migration 0015).
 * Passes run one at a time per database (a transaction-level advisory lock; a pass that finds
   it taken returns at once and is re-queued). Two passes over neighbouring hours of one GPU
   would otherwise each write transitions and rollups from their own snapshot, and the older
@@ -36,10 +45,11 @@ it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +66,11 @@ WINDOW = dt.timedelta(seconds=60)
 MJ_PER_KWH = 3_600_000_000
 # pg_advisory_xact_lock key of the derived pass (and of rollups_rebuild): "derived" in ASCII.
 PASS_LOCK = 0x64_65_72_69_76_65_64
+# Advisory lock key around the pass number (``telemetry_derived_pass_seq``, see the races
+# above): "marks" in ASCII. Chunks that skip marks they remember hold it shared from reading
+# the number to their commit; a pass holds it exclusively only while it takes a number and
+# claims.
+MARKS_LOCK = 0x6D_61_72_6B_73
 
 # A chunk's marks as one JSON document, ``[[lo, [gpu, …]], …]`` (``marks_document``):
 # msgspec encodes it in C, where psycopg would dump an array parameter element by element in
@@ -340,10 +355,52 @@ class DerivedResult:
     busy: bool = False  # another pass held the lock: nothing was done
 
 
+class _Frozen:
+    """Whether this process holds MARKS_LOCK (a session-level lock: released after the claim,
+    not at the pass's commit, so chunks wait only while a pass claims)."""
+
+    held = False
+
+
+@contextlib.contextmanager
+def _marks_frozen(cursor: Any) -> Iterator[None]:
+    """Takes MARKS_LOCK exclusively — waiting for every chunk that relies on the marks its
+    process remembers to commit — and a new pass number, for the claim inside; then lets
+    chunks go on. If the claim fails, the lock is let go after the rollback
+    (``derived_process``)."""
+    cursor.execute(
+        "SELECT pg_advisory_lock(%s), nextval('telemetry_derived_pass_seq')", [MARKS_LOCK]
+    )
+    _Frozen.held = True
+    yield
+    cursor.execute("SELECT pg_advisory_unlock(%s)", [MARKS_LOCK])
+    _Frozen.held = False
+
+
+def _marks_thaw() -> None:
+    """Lets MARKS_LOCK go if a failed claim left it held; closes the connection (which lets
+    every lock go) if even that fails (a caller's transaction, aborted)."""
+    if not _Frozen.held:
+        return
+    _Frozen.held = False
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [MARKS_LOCK])
+    except Exception:  # a caller's transaction, aborted: the lock goes with the connection
+        connection.close()
+
+
 def derived_process(*, limit: int) -> DerivedResult:
     """One pass: claims up to ``limit`` of the oldest marks, recomputes their transitions and
     rollups, and clears them, in one transaction. Returns at once with ``busy`` when another
     pass is running (the caller re-queues; marks stay until a pass takes them)."""
+    try:
+        return _derived_process(limit=limit)
+    finally:
+        _marks_thaw()
+
+
+def _derived_process(*, limit: int) -> DerivedResult:
     result = DerivedResult()
     with transaction.atomic():
         cursor = psycopg.Cursor(connection.connection)
@@ -358,8 +415,9 @@ def derived_process(*, limit: int) -> DerivedResult:
         # backend CPU for 16k GPU-hours, measured, for nothing (none once it is analysed).
         cursor.execute("SET LOCAL jit = off")
         cursor.execute(_TEMP)
-        cursor.execute(_CLAIM, {"limit": limit})
-        result.claimed = int(cursor.rowcount)
+        with _marks_frozen(cursor):
+            cursor.execute(_CLAIM, {"limit": limit})
+            result.claimed = int(cursor.rowcount)
         if not result.claimed:
             return result
         params = {"around": LOOKAROUND}

@@ -16,7 +16,13 @@ from django.db import connection, connections
 
 from telemetry.models import GpuStateTransition, HourlyRollup
 from telemetry.selectors import derived_pending, ingest_health
-from telemetry.services.derived import PASS_LOCK, derived_drain, derived_process, rollups_rebuild
+from telemetry.services.derived import (
+    MARKS_LOCK,
+    PASS_LOCK,
+    derived_drain,
+    derived_process,
+    rollups_rebuild,
+)
 from telemetry.services.processing import batches_process
 from telemetry.testing import batch_document, window
 from tests.conftest import database_url
@@ -203,9 +209,14 @@ def test_a_window_arriving_while_its_hour_is_recomputed_is_not_lost(post):
     batches_process(worker="w")
     send(post, node, [window(g0.nvml_uuid, at(1), energy_mj=3_600_001_000)])  # +1 kWh
     with side_connection() as stale_pass:
-        # A pass in flight: it claimed the mark (and took the lock) before the new window.
+        # A pass in flight: it claimed the mark (and took the lock) before the new window,
+        # with a new pass number, so the window path writes the mark again.
         stale_pass.execute("SELECT pg_advisory_xact_lock(%s)", [PASS_LOCK])
+        stale_pass.execute(
+            "SELECT pg_advisory_lock(%s), nextval('telemetry_derived_pass_seq')", [MARKS_LOCK]
+        )
         stale_pass.execute("SELECT 1 FROM telemetry_derivedwork FOR UPDATE SKIP LOCKED")
+        stale_pass.execute("SELECT pg_advisory_unlock(%s)", [MARKS_LOCK])
         writer = threading.Thread(target=_process_in_thread)
         writer.start()
         writer.join(timeout=2)

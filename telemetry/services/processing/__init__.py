@@ -45,7 +45,7 @@ from psycopg.types.string import BytesBinaryDumper
 
 from telemetry.dispatch import derived_kick
 from telemetry.services.collector import collector_paused
-from telemetry.services.derived import MARK_UPSERT, instant_marks, marks_document
+from telemetry.services.derived import MARK_UPSERT, MARKS_LOCK, instant_marks, marks_document
 from telemetry.services.partitions import window_partitions_ensure
 from telemetry.services.processing.claims import (
     GAVE_UP,
@@ -74,6 +74,7 @@ from telemetry.services.processing.copy import (
     _window_row,
     _windows_stage,
 )
+from telemetry.services.processing.marks import marks_forget, marks_unwritten, marks_written
 from telemetry.services.processing.prepared import COPY_PREPARED, instant
 from telemetry.services.processing.validation import (
     NO_VERSION,
@@ -170,6 +171,7 @@ def _chunk_guarded(
         # What this process cached may be what failed (a partition dropped by hand).
         _Partitions.known = set()
         placements_forget()
+        marks_forget()
         if not taken:
             raise
         log.exception("chunk of %d batches failed; retrying them one by one", len(taken))
@@ -216,6 +218,28 @@ SELECT count(*) FROM claim
 """  # noqa: S608 - constants only
 
 
+# The chunk's settings and its node locks, taken in a fixed order (``%s``: the claim timeout
+# in ms; ``%b``: the nodes' lock keys).
+_SETUP = """
+SELECT set_config('work_mem', '64MB', true),
+       set_config('idle_in_transaction_session_timeout', %s, true),
+       (SELECT count(pg_advisory_xact_lock(k))
+          FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s)
+"""
+# The same, and the derived pass's number read once MARKS_LOCK is held shared (to the commit).
+_SETUP_REMEMBERING = f"""
+WITH held AS MATERIALIZED (
+    SELECT 1 AS one FROM pg_advisory_xact_lock_shared({MARKS_LOCK})
+)
+SELECT set_config('work_mem', '64MB', true),
+       set_config('idle_in_transaction_session_timeout', %s, true),
+       (SELECT count(pg_advisory_xact_lock(k))
+          FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s),
+       (SELECT last_value FROM telemetry_derived_pass_seq WHERE held.one = 1)
+  FROM held
+"""  # noqa: S608 - constants only
+
+
 class _Partitions:
     """Days whose window partition this process has seen committed (partitions are dropped
     only by retention, and only days before any a chunk accepts). Forgotten when a chunk
@@ -257,16 +281,19 @@ def _chunk_process(
         # A worker that hangs holding its batches loses them (and its connection) after the
         # claim timeout.
         nodes = sorted({row[1] for row in rows})
+        # With the chunk's settings and node locks, the derived pass's number, read holding
+        # MARKS_LOCK shared to the commit: the marks this process wrote under it need not be
+        # written again (``marks``). Not inside a caller's transaction (its commit is not
+        # this chunk's, and a pass elsewhere would wait for it).
         cursor.execute(
-            "SELECT set_config('work_mem', '64MB', true),"
-            " set_config('idle_in_transaction_session_timeout', %s, true),"
-            " (SELECT count(pg_advisory_xact_lock(k))"
-            "    FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s)",
+            _SETUP if outer else _SETUP_REMEMBERING,
             [
                 str(int(settings.TELEMETRY_CLAIM_TIMEOUT_S) * 1000),
                 [_node_lock_id(n) for n in nodes],
             ],
         )
+        setup = cursor.fetchone()
+        number = None if outer or setup is None else int(setup[-1])
         loaded, broken = _decode(rows)
         # A set: a chunk's windows share a handful of minutes.
         starts = [instant(us) for us in {w[1] for item in loaded for w in item.rows.windows}]
@@ -290,6 +317,8 @@ def _chunk_process(
             _rejections_write(cursor, work.rejections)
         gpu_ids = work.gpu_ids
         marks = [(gpu_ids[nvml], hour, lo) for (nvml, hour), lo in work.marks.items()]
+        if number is not None:
+            marks = marks_unwritten(database, number, marks)
         cursor.execute(
             _CHUNK_DONE,
             {
@@ -313,6 +342,8 @@ def _chunk_process(
         # Queue the derived pass as soon as this chunk's marks are visible, not after the
         # whole claim: in a catch-up it then runs beside the window path, not after it.
         transaction.on_commit(derived_kick)
+    if number is not None:
+        marks_written(database, number, marks)  # committed
     result.processed += len(loaded)
     result.failed += len(broken)
     result.windows += sum(item.accepted_windows for item in loaded)
