@@ -12,9 +12,9 @@ import pytest
 from django.db import connection, connections
 
 from telemetry.models import HourlyRollup
-from telemetry.services import processing as processing_module
 from telemetry.services.derived import derived_drain, derived_process
 from telemetry.services.processing import batches_process
+from telemetry.services.processing.marks import marks_unwritten
 from telemetry.testing import window
 from tests.telemetry.test_derived import T0, at, send
 
@@ -85,7 +85,7 @@ def test_a_pass_waits_for_a_chunk_that_relies_on_a_remembered_mark(gpu, monkeypa
     waits for the chunk's commit, then claims, and its rollup has both windows."""
     gpu(0)
     reached, go_on = threading.Event(), threading.Event()
-    unwritten = processing_module.marks_unwritten
+    unwritten = marks_unwritten
 
     def paused(*args, **kwargs):
         marks = unwritten(*args, **kwargs)
@@ -93,7 +93,7 @@ def test_a_pass_waits_for_a_chunk_that_relies_on_a_remembered_mark(gpu, monkeypa
         go_on.wait(30)
         return marks
 
-    monkeypatch.setattr(processing_module, "marks_unwritten", paused)
+    monkeypatch.setattr("telemetry.services.processing.marks_unwritten", paused)
     chunk = threading.Thread(target=_in_thread(lambda: gpu(1)))
     chunk.start()
     assert reached.wait(30)
