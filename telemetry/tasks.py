@@ -63,19 +63,24 @@ def batches_process(self: object) -> int:
 )
 def derived_process() -> int:
     """Recomputes marked (GPU, hour) pairs in passes until none are left or the budget is
-    spent. Passes run one at a time; if one is running, this one comes back a second later."""
+    spent. Passes run one at a time per shard of the GPUs: each pass that found marks queues
+    another task, so an idle worker process takes another shard beside this one; if every
+    shard is taken, this one comes back a second later."""
     derived_started()
     limit = settings.TELEMETRY_DERIVED_CLAIM_HOURS
     started = time.monotonic()
     total = 0
     while True:
-        result = derived.derived_process(limit=limit)
+        result = derived.derived_process(limit=limit, share=True)
         total += result.claimed
         if result.busy:
             derived_kick(countdown=1.0)
             return total
-        if result.claimed < limit:
+        if not result.claimed:
             return total
+        # Other shards may hold marks too: an idle process takes one beside this pass (at
+        # most one task waits; one that finds nothing ends after one pass).
+        derived_kick()
         if time.monotonic() - started > DRAIN_BUDGET_S:
             derived_kick()
             return total

@@ -27,10 +27,14 @@ Races, and why none loses work:
   starts after the claim reads the new number and writes its marks again. Marks removed any
   other way (a truncate, a delete by hand) move the number too (a trigger, telemetry
   migration 0015).
-* Passes run one at a time per database (a transaction-level advisory lock; a pass that finds
-  it taken returns at once and is re-queued). Two passes over neighbouring hours of one GPU
-  would otherwise each write transitions and rollups from their own snapshot, and the older
-  one could land last.
+* Passes run one at a time per shard of the GPUs (``SHARDS``; a GPU is always in the same
+  one), so passes of several worker processes share a backlog and never recompute one GPU
+  at once. Each holds ``PASS_LOCK`` shared and its shard's lock; ``rollups_rebuild`` holds
+  ``PASS_LOCK`` exclusively, so it runs alone. The locks are transaction-level, taken with
+  ``pg_try_…``: a pass that finds every shard taken returns at once and is re-queued. Two
+  passes over neighbouring hours of one GPU would otherwise each write transitions and
+  rollups from their own snapshot, and the older one could land last; passes over different
+  GPUs write different rows (a GPU's incidents are serialised on its own row).
 
 A window's ECC deltas are taken against the GPU's previous window within ``LOOKAROUND``
 (2 days); its energy against the GPU's previous *reading* (docs/accounting.md rule 6: in its
@@ -64,8 +68,18 @@ LOOKAROUND = dt.timedelta(days=2)
 _AROUND = "interval '2 days'"  # LOOKAROUND in SQL, where a query is built, not parameterised
 WINDOW = dt.timedelta(seconds=60)
 MJ_PER_KWH = 3_600_000_000
-# pg_advisory_xact_lock key of the derived pass (and of rollups_rebuild): "derived" in ASCII.
+# pg_advisory_xact_lock key of the derived passes (held shared by each) and of
+# rollups_rebuild (exclusively): "derived" in ASCII.
 PASS_LOCK = 0x64_65_72_69_76_65_64
+# Passes run one at a time per shard of the GPUs, so that as many passes as there are worker
+# processes can share a backlog; a GPU is always in the same shard (the last byte of its id,
+# modulo SHARDS). A constant, not a setting: two processes that split GPUs differently could
+# recompute one GPU at once. Shard s's lock key is PASS_LOCK + 1 + s.
+SHARDS = 4
+# Marks from which a sharing pass (the Celery task's) takes no further shard: below, one pass
+# takes the whole backlog (as live, nearly always); from there on, a pass is one shard's worth
+# and another process's pass takes the next shard beside it (a catch-up).
+ONE_SHARD_FROM = 1_000
 # Advisory lock key around the pass number (``telemetry_derived_pass_seq``, see the races
 # above): "marks" in ASCII. Chunks that skip marks they remember hold it shared from reading
 # the number to their commit; a pass holds it exclusively only while it takes a number and
@@ -109,9 +123,11 @@ CREATE TEMP TABLE IF NOT EXISTS telemetry_touched_hours (
 TRUNCATE telemetry_claimed, telemetry_islands, telemetry_touched_hours;
 """
 
+# A shard's oldest marks (``shard_of``: the last byte of the GPU's id, modulo SHARDS).
 _CLAIM = """
 INSERT INTO telemetry_claimed (gpu_id, hour, lo)
 SELECT gpu_id, hour, lo FROM telemetry_derivedwork
+ WHERE mod(get_byte(uuid_send(gpu_id), 15), %(shards)s) = %(shard)s
  ORDER BY marked_at LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
 """
@@ -352,7 +368,19 @@ def instant_marks(
 class DerivedResult:
     claimed: int = 0  # marked (GPU, hour) pairs taken and cleared
     rollups: int = 0  # hourly rollups written (marked hours and the hours after them)
-    busy: bool = False  # another pass held the lock: nothing was done
+    busy: bool = False  # other passes (or a rebuild) held every lock: nothing was done
+
+
+class _Rotation:
+    """Which shard this process tries first in its next pass: each pass starts one further,
+    so one process alone visits every shard in turn."""
+
+    next = 0
+
+
+def shard_of(gpu_id: uuid.UUID) -> int:
+    """The derived-pass shard of a GPU (``_CLAIM`` computes the same in SQL)."""
+    return gpu_id.bytes[15] % SHARDS
 
 
 class _Frozen:
@@ -390,24 +418,27 @@ def _marks_thaw() -> None:
         connection.close()
 
 
-def derived_process(*, limit: int) -> DerivedResult:
-    """One pass: claims up to ``limit`` of the oldest marks, recomputes their transitions and
-    rollups, and clears them, in one transaction. Returns at once with ``busy`` when another
-    pass is running (the caller re-queues; marks stay until a pass takes them)."""
+def derived_process(*, limit: int, share: bool = False) -> DerivedResult:
+    """One pass: claims up to ``limit`` of the oldest marks of the shards of the GPUs whose
+    locks are free, recomputes their transitions and rollups, and clears them, in one
+    transaction. With ``share`` (the Celery task, which queues another task after each pass
+    that found marks), a large backlog is left shard by shard to the passes of other
+    processes (``_claim``). Returns at once with ``busy`` when other passes hold every shard,
+    or a rebuild runs (the caller re-queues; marks stay until a pass takes them)."""
     try:
-        return _derived_process(limit=limit)
+        return _derived_process(limit=limit, share=share)
     finally:
         _marks_thaw()
 
 
-def _derived_process(*, limit: int) -> DerivedResult:
+def _derived_process(*, limit: int, share: bool) -> DerivedResult:
     result = DerivedResult()
     with transaction.atomic():
         cursor = psycopg.Cursor(connection.connection)
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [PASS_LOCK])
+        cursor.execute("SELECT pg_try_advisory_xact_lock_shared(%s)", [PASS_LOCK])
         row = cursor.fetchone()
         if not (row and row[0]):
-            result.busy = True
+            result.busy = True  # a rebuild
             return result
         cursor.execute("SET LOCAL work_mem = '64MB'")
         # On a just-loaded partition autovacuum has not analysed yet, the transition and
@@ -416,8 +447,10 @@ def _derived_process(*, limit: int) -> DerivedResult:
         cursor.execute("SET LOCAL jit = off")
         cursor.execute(_TEMP)
         with _marks_frozen(cursor):
-            cursor.execute(_CLAIM, {"limit": limit})
-            result.claimed = int(cursor.rowcount)
+            taken = _claim(cursor, limit=limit, share=share, result=result)
+        if not taken:
+            result.busy = True
+            return result
         if not result.claimed:
             return result
         params = {"around": LOOKAROUND}
@@ -434,8 +467,31 @@ def _derived_process(*, limit: int) -> DerivedResult:
     return result
 
 
+def _claim(cursor: Any, *, limit: int, share: bool, result: DerivedResult) -> int:
+    """Claims marks shard by shard, in this process's rotation, from each shard whose lock is
+    free (held to the commit), until ``limit`` marks are claimed — or, with ``share``,
+    ``ONE_SHARD_FROM``: a small backlog is one pass, a large one is left shard by shard to the
+    passes of other processes. Returns how many shards were taken (0: every one was held
+    elsewhere)."""
+    first = _Rotation.next
+    _Rotation.next = (first + 1) % SHARDS
+    taken = 0
+    for shard in ((first + i) % SHARDS for i in range(SHARDS)):
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [PASS_LOCK + 1 + shard])
+        row = cursor.fetchone()
+        if not (row and row[0]):
+            continue
+        taken += 1
+        cursor.execute(_CLAIM, {"limit": limit - result.claimed, "shards": SHARDS, "shard": shard})
+        result.claimed += int(cursor.rowcount)
+        if result.claimed >= (min(limit, ONE_SHARD_FROM) if share else limit):
+            break
+    return taken
+
+
 def derived_drain(*, limit: int, budget_s: float | None = None) -> DerivedResult:
-    """Passes until no marks are left (or ``budget_s`` is spent, or another pass is busy)."""
+    """Passes until one finds no marks in any shard it could take (or ``budget_s`` is spent,
+    or other passes hold every shard)."""
     total = DerivedResult()
     started = time.monotonic()
     while True:
@@ -443,7 +499,7 @@ def derived_drain(*, limit: int, budget_s: float | None = None) -> DerivedResult
         total.claimed += result.claimed
         total.rollups += result.rollups
         total.busy = result.busy
-        if result.busy or result.claimed < limit:
+        if result.busy or not result.claimed:
             return total
         if budget_s is not None and time.monotonic() - started > budget_s:
             return total
