@@ -5,7 +5,8 @@ while it stands (``processing.marks``); it reads this sequence to know. Each der
 takes a number from it before it claims marks, under an advisory lock every chunk that
 relies on what it remembered holds shared until it commits (``derived.MARKS_LOCK``). Any
 other removal of marks — a truncate in a test or a bench, a delete by hand — moves it too,
-by the trigger below, so that no process trusts a mark that is gone.
+by the trigger below, so that chunks starting afterwards write their marks again (a chunk
+already in flight may not: remove marks by hand only with the workers stopped).
 """
 
 from django.db import migrations

@@ -26,7 +26,9 @@ Races, and why none loses work:
   old number has committed (its windows are then visible to the pass), and a chunk that
   starts after the claim reads the new number and writes its marks again. Marks removed any
   other way (a truncate, a delete by hand) move the number too (a trigger, telemetry
-  migration 0015).
+  migration 0015; the pass's own delete of its marks moves it a second time), so chunks that
+  start afterwards write their marks again — but a chunk already past reading the number may
+  still leave out a mark such a removal took: stop the workers before removing marks by hand.
 * Passes run one at a time per shard of the GPUs (``SHARDS``; a GPU is always in the same
   one), so passes of several worker processes share a backlog and never recompute one GPU
   at once. Each holds ``PASS_LOCK`` shared and its shard's lock; ``rollups_rebuild`` holds
@@ -396,10 +398,12 @@ def _marks_frozen(cursor: Any) -> Iterator[None]:
     process remembers to commit — and a new pass number, for the claim inside; then lets
     chunks go on. If the claim fails, the lock is let go after the rollback
     (``derived_process``)."""
+    # Marked held first: whatever interrupts the statement once the lock is granted (a task's
+    # time limit), ``_marks_thaw`` lets it go (unlocking a lock not held only returns false).
+    _Frozen.held = True
     cursor.execute(
         "SELECT pg_advisory_lock(%s), nextval('telemetry_derived_pass_seq')", [MARKS_LOCK]
     )
-    _Frozen.held = True
     yield
     cursor.execute("SELECT pg_advisory_unlock(%s)", [MARKS_LOCK])
     _Frozen.held = False

@@ -13,9 +13,10 @@ whether no impossible-window rule can fail (``rules.window_fine``), and the COPY
 ``window_start``, ``node_id`` and every column from ``samples_ok`` on (``PREPARED_COLUMNS``).
 A window the worker refuses is explained from the body, decoded then (``_Loaded.batch``).
 
-``LAYOUT`` says which columns, types and rules the rows were made for; rows of another
-layout (or none: batches stored before this form) are made again by the worker from the body,
-so a change to the window table or to the rules never copies stale bytes.
+``LAYOUT`` says which columns, types, rules and row-building code (``copy._window_row``,
+``rows_prepare``) the rows were made for; rows of another layout (or none: batches stored
+before this form) are made again by the worker from the body, so a change to the window
+table, the rules or how a row is built never copies stale bytes.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from telemetry.services.processing.rules import RULES_VERSION, window_fine
 PREPARED_COLUMNS = ("gpu_id", "batch_id", "window_start", "node_id", *WINDOW_COLUMNS[4:])
 COPY_PREPARED = f"COPY telemetry_window ({', '.join(PREPARED_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 _TAIL_TYPES = WINDOW_WIRE_TYPES[4:]  # samples_ok onward
-LAYOUT = zlib.crc32(repr((PREPARED_COLUMNS, _TAIL_TYPES, RULES_VERSION)).encode())
+
 
 # Binary COPY framing (PostgreSQL's "Binary Format"): the signature, flags and header
 # extension length before the first row; a field count of -1 after the last.
@@ -141,3 +142,24 @@ def rows_decode(blob: bytes | memoryview | None) -> PreparedRows | None:
 def batch_field(batch_pk: int) -> bytes:
     """The COPY field of a batch's id (``batch_id``, int8)."""
     return _EIGHT + batch_pk.to_bytes(8, "big", signed=True)
+
+
+def _code(code: Any) -> tuple[Any, ...]:
+    """What compiled code does, for ``LAYOUT``: its bytecode, names and constants (nested code
+    taken apart the same way), not its comments, line numbers or addresses."""
+    consts = tuple(_code(c) if hasattr(c, "co_code") else c for c in code.co_consts)
+    return (code.co_code, code.co_names, consts)
+
+
+# Which columns, types, rules and row-building code rows are prepared for (module docstring).
+LAYOUT = zlib.crc32(
+    repr(
+        (
+            PREPARED_COLUMNS,
+            _TAIL_TYPES,
+            RULES_VERSION,
+            _code(_window_row.__code__),
+            _code(rows_prepare.__code__),
+        )
+    ).encode()
+)
