@@ -323,6 +323,22 @@ def _reject(
     )
 
 
+def _judged(
+    work: _Work, item: _Loaded, index: int, w: Window, gpu_wire: bytes | None,
+    future: dt.datetime, floor: dt.datetime,
+) -> bytes | None:  # fmt: skip
+    """A window that may be refused, judged: its GPU's id as COPY sends it when it is kept,
+    None once it is recorded as refused (``gpu_wire``: the id placed at its instant, if any)."""
+    problem = _window_problem(w, gpu_wire, item, future, floor)
+    if problem is not None:
+        _reject(work, item, "window", index, w.gpu_uuid, w.window_start, *problem,
+                _to_builtins(w))  # fmt: skip
+        return None
+    if gpu_wire is None:  # _window_problem refuses a window of no placed GPU
+        raise RuntimeError(f"window of GPU {w.gpu_uuid} neither placed nor refused")
+    return gpu_wire
+
+
 def _validate(
     loaded: list[_Loaded],
     placed: dict[str, _NodePlacements],
@@ -357,13 +373,9 @@ def _validate(
                 placed_id = node.gpu_at(w.gpu_uuid, start)
                 gpu_wire = None if placed_id is None else placed_id.bytes
             if gpu_wire is None or start > future or start < floor or not window_fine(w):
-                problem = _window_problem(w, gpu_wire, item, future, floor)
-                if problem is not None:
-                    _reject(work, item, "window", index, w.gpu_uuid, start, *problem,
-                            _to_builtins(w))  # fmt: skip
+                gpu_wire = _judged(work, item, index, w, gpu_wire, future, floor)
+                if gpu_wire is None:
                     continue
-                if gpu_wire is None:  # _window_problem refuses a window of no placed GPU
-                    raise RuntimeError(f"window of GPU {w.gpu_uuid} neither placed nor refused")
             accepted += 1
             if last is None or start > last.window_start:
                 last = w
@@ -432,17 +444,11 @@ def _validate_prepared(
                 placed_id = node.gpu_at(nvml, instant(start))
                 head = None if placed_id is None else ROW_HEAD + placed_id.bytes
             if head is None or start > future_us or start < floor_us or not fine:
-                w = item.batch.windows[index]
-                placed_id = node.gpu_at(nvml, w.window_start)
-                gpu_wire = None if placed_id is None else placed_id.bytes
-                problem = _window_problem(w, gpu_wire, item, future, floor)
-                if problem is not None:
-                    _reject(work, item, "window", index, nvml, w.window_start, *problem,
-                            _to_builtins(w))  # fmt: skip
+                wire = None if head is None else head[len(ROW_HEAD) :]
+                wire = _judged(work, item, index, item.batch.windows[index], wire, future, floor)
+                if wire is None:
                     continue
-                if gpu_wire is None:  # _window_problem refuses a window of no placed GPU
-                    raise RuntimeError(f"window of GPU {nvml} neither placed nor refused")
-                head = ROW_HEAD + gpu_wire
+                head = ROW_HEAD + wire
             accepted += 1
             if start > last_start:
                 last_start, last_end = start, end
