@@ -21,7 +21,7 @@ from fleet.models import Cluster, Gpu, GpuModel, LifecycleState, Node, Placement
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature
 from telemetry.models import BatchBody, IngestBatch, NodeCredential
 from telemetry.schema import BodyTooLarge, SchemaError, batch_decode_gzip, gzip_json
-from telemetry.services.processing.prepared import rows_encode, rows_prepare
+from telemetry.services.processing.prepared import rows_stored
 
 BATCHES_PATH = "/api/v1/telemetry/batches"
 
@@ -224,4 +224,4 @@ def _rows(batch: IngestBatch, body: bytes) -> bytes | None:
         decoded = batch_decode_gzip(body, limit=1 << 26)
     except (SchemaError, BodyTooLarge):
         return None  # the endpoint would have refused it: a test's broken body
-    return rows_encode(rows_prepare(decoded, batch.node_id))
+    return rows_stored(decoded, batch.node_id)

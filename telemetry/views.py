@@ -35,7 +35,6 @@ from telemetry.schema import BodyTooLarge, SchemaError, batch_decode_gzip
 from telemetry.selectors import node_credential_current
 from telemetry.services.enrolment import EnrolmentRefused, bootstrap_token_check, node_enrol
 from telemetry.services.ingest import Outcome, batch_receive
-from telemetry.services.processing.prepared import rows_encode, rows_prepare
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +167,10 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
         node_id=node_id,
         batch_id=batch_id,
         body=body,
-        rows=rows_encode(rows_prepare(batch, node_id)),
+        batch=batch,
         body_sha256=body_sha256,
         signed_at=dt.datetime.fromtimestamp(timestamp, dt.UTC),
         received_at=received_at,
-        window_count=len(batch.windows),
-        event_count=len(batch.events),
-        schema=batch.SCHEMA,
     )
     if receipt.outcome is Outcome.IN_PROGRESS:
         return problem(409, "in_progress", "This Idempotency-Key is being stored; retry shortly.")

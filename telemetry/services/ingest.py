@@ -14,6 +14,8 @@ from django.db import connection, transaction
 
 from core.instants import iso_z
 from telemetry.dispatch import processing_kick
+from telemetry.schema import Batch
+from telemetry.services.processing.prepared import rows_stored
 
 
 class Outcome(StrEnum):
@@ -39,23 +41,22 @@ def batch_receive(
     node_id: uuid.UUID,
     batch_id: uuid.UUID,
     body: bytes,
-    rows: bytes | None = None,
+    batch: Batch,
     body_sha256: str,
     signed_at: dt.datetime,
     received_at: dt.datetime,
-    window_count: int,
-    event_count: int,
-    schema: int,
 ) -> Receipt:
     """Commits the raw batch under ``(node, batch_id)``, or says why not; queues on commit.
 
     A transaction-scoped advisory lock on the key tells a concurrent duplicate (409, retry)
     from a replay of a committed batch (200, the original answer); the unique constraint is
     what finally guarantees one row per key. Lock and insert are one statement in autocommit:
-    the batch is committed when it returns. ``schema`` is the body's schema version (1 or 2),
-    kept on the batch for operators; ``rows``, the windows as the worker's COPY sends them
-    (``telemetry.services.processing.prepared``), stored beside the body.
+    the batch is committed when it returns. ``batch`` is the body decoded and checked: the
+    batch row keeps its schema version (1 or 2) and counts for operators, and its windows are
+    stored beside the body as the worker's COPY sends them
+    (``telemetry.services.processing.prepared``).
     """
+    window_count, event_count = len(batch.windows), len(batch.events)
     answer = {
         "batch_id": str(batch_id),
         "status": "accepted",
@@ -91,14 +92,14 @@ def batch_receive(
                 node_id,
                 batch_id,
                 body_sha256,
-                schema,
+                batch.SCHEMA,
                 received_at,
                 signed_at,
                 window_count,
                 event_count,
                 json.dumps(answer),
                 body,
-                rows,
+                rows_stored(batch, node_id),
             ],
         )
         locked, inserted = cursor.fetchone() or (False, False)

@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 from psycopg import adapters
+from psycopg._copy_base import format_row_binary  # psycopg's own (C) binary COPY row writer
 from psycopg.adapt import Transformer
 from psycopg.pq import Format
 
@@ -94,8 +95,6 @@ def instant(us: int) -> dt.datetime:
 
 def rows_prepare(batch: Batch, node_id: uuid.UUID) -> PreparedRows:
     """The batch's windows as the worker's COPY sends them (bar the GPU and batch ids)."""
-    from psycopg._copy_base import format_row_binary
-
     tx = _transformer()
     node_field = _SIXTEEN + node_id.bytes
     index: dict[str, int] = {}
@@ -126,6 +125,11 @@ def rows_prepare(batch: Batch, node_id: uuid.UUID) -> PreparedRows:
 
 def rows_encode(rows: PreparedRows) -> bytes:
     return _encoder.encode(rows)
+
+
+def rows_stored(batch: Batch, node_id: uuid.UUID) -> bytes:
+    """The batch's prepared rows as stored beside its body (``BatchBody.rows``)."""
+    return rows_encode(rows_prepare(batch, node_id))
 
 
 def rows_decode(blob: bytes | memoryview | None) -> PreparedRows | None:
