@@ -220,21 +220,18 @@ SELECT count(*) FROM claim
 
 # The chunk's settings and its node locks, taken in a fixed order (``%s``: the claim timeout
 # in ms; ``%b``: the nodes' lock keys).
-_SETUP = """
-SELECT set_config('work_mem', '64MB', true),
+_SETTINGS_AND_LOCKS = """
+       set_config('work_mem', '64MB', true),
        set_config('idle_in_transaction_session_timeout', %s, true),
        (SELECT count(pg_advisory_xact_lock(k))
-          FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s)
-"""
+          FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s)"""
+_SETUP = f"SELECT {_SETTINGS_AND_LOCKS}"
 # The same, and the derived pass's number read once MARKS_LOCK is held shared (to the commit).
 _SETUP_REMEMBERING = f"""
 WITH held AS MATERIALIZED (
     SELECT 1 AS one FROM pg_advisory_xact_lock_shared({MARKS_LOCK})
 )
-SELECT set_config('work_mem', '64MB', true),
-       set_config('idle_in_transaction_session_timeout', %s, true),
-       (SELECT count(pg_advisory_xact_lock(k))
-          FROM (SELECT unnest(%b::bigint[]) AS k ORDER BY k) s),
+SELECT {_SETTINGS_AND_LOCKS},
        (SELECT last_value FROM telemetry_derived_pass_seq WHERE held.one = 1)
   FROM held
 """  # noqa: S608 - constants only
@@ -296,7 +293,7 @@ def _chunk_process(
         number = None if outer or setup is None else int(setup[-1])
         loaded, broken = _decode(rows)
         # A set: a chunk's windows share a handful of minutes.
-        starts = [instant(us) for us in {w[1] for item in loaded for w in item.rows.windows}]
+        starts = {instant(us) for us in {w[1] for item in loaded for w in item.rows.windows}}
         # UTC days: the endpoint takes only UTC times, but a batch stored before it did may not.
         days = {start.astimezone(dt.UTC).date() for start in starts if floor <= start <= ceiling}
         if days and outer:
@@ -308,7 +305,7 @@ def _chunk_process(
         # change log reads as it did when they were cached. Inside a caller's transaction
         # (tests) they are read afresh and not cached.
         version = None if outer else version_read(rows[0], since)[0]
-        placed = _placements(cursor, loaded, set(starts), version=version, database=database)
+        placed = _placements(cursor, loaded, starts, version=version, database=database)
         work = _validate_and_write(
             cursor, loaded, placed, now=now, floor=floor, optimistic=optimistic_copy
         )
