@@ -125,7 +125,7 @@ CREATE TEMP TABLE IF NOT EXISTS telemetry_touched_hours (
 TRUNCATE telemetry_claimed, telemetry_islands, telemetry_touched_hours;
 """
 
-# A shard's oldest marks (``shard_of``: the last byte of the GPU's id, modulo SHARDS).
+# A shard's oldest marks (a GPU's shard: the last byte of its id, modulo SHARDS).
 _CLAIM = """
 INSERT INTO telemetry_claimed (gpu_id, hour, lo)
 SELECT gpu_id, hour, lo FROM telemetry_derivedwork
@@ -378,11 +378,6 @@ class _Rotation:
     so one process alone visits every shard in turn."""
 
     next = 0
-
-
-def shard_of(gpu_id: uuid.UUID) -> int:
-    """The derived-pass shard of a GPU (``_CLAIM`` computes the same in SQL)."""
-    return gpu_id.bytes[15] % SHARDS
 
 
 class _Frozen:

@@ -301,8 +301,9 @@ def v2(gpu_uuid, start, span=(0, 60), state="up", util=50.0, **overrides):
     )  # fmt: skip
 
 
-def send_v2(post, node, windows):
-    response = post(node, {**batch_document(node=node, windows=windows), "schema": 2})
+def send_v2(post, node, windows, events=None):
+    document = {**batch_document(node=node, windows=windows, events=events), "schema": 2}
+    response = post(node, document)
     assert response.status_code == 202, response.json()
 
 

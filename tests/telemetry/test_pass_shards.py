@@ -11,10 +11,16 @@ import pytest
 from django.db import connection
 
 from telemetry.models import HourlyRollup
-from telemetry.services.derived import PASS_LOCK, SHARDS, derived_drain, derived_process, shard_of
+from telemetry.services.derived import PASS_LOCK, SHARDS, derived_drain, derived_process
 from telemetry.services.processing import batches_process
 from telemetry.testing import fleet_node, window
 from tests.telemetry.test_derived import T0, at, marks, send, side_connection
+
+
+def shard_of(gpu_id: uuid.UUID) -> int:
+    """A GPU's shard, as docs/telemetry.md states it: the last byte of its id, modulo SHARDS."""
+    return gpu_id.bytes[15] % SHARDS
+
 
 pytestmark = [
     pytest.mark.usefixtures("now", "no_queued_passes"),

@@ -34,8 +34,9 @@ from telemetry.services.processing.validation import (
     _validate,
     _validate_prepared,
 )
-from telemetry.testing import batch_document, event, minute, window
+from telemetry.testing import event, minute, window
 from tests.telemetry.conftest import NOW
+from tests.telemetry.test_derived import send_v2
 from tests.telemetry.test_processing import at, send
 
 pytestmark = pytest.mark.usefixtures("now")
@@ -45,12 +46,6 @@ def v2(gpu_uuid: str, start: dt.datetime, observed: tuple[int, int] = (0, 60), *
     """A schema-2 window: its observed span and how its utilization was measured."""
     return window(gpu_uuid, start, observed_from=observed[0], observed_to=observed[1],
                   util_method="buffer", **kw)  # fmt: skip
-
-
-def send_v2(post, node, windows, events=None):
-    document = {**batch_document(node=node, windows=windows, events=events), "schema": 2}
-    response = post(node, document)
-    assert response.status_code == 202, response.json()
 
 
 def test_the_endpoint_stores_the_windows_as_copy_ready_rows_beside_the_body(node, post):
