@@ -13,12 +13,15 @@ printed with its figure, the ceiling measured in the same run, the ratio and met
    ``BENCH_ROWS_PER_COMMIT`` windows a commit (1,000; the worker's chunks are set to it).
    Goal 2: (b) the derived pass alone over the same windows (``derived_drain``) ≤ 3 × a plain
    ``GROUP BY gpu, hour`` of them (``GROUP_BY_HOUR``).
-2. catch-up: ``BENCH_CATCHUP_WINDOWS`` (1M × ``BENCH_SCALE``; 1M is the full size) already
+2. live (not a goal): one minute of the whole fleet at a time, the window path and then a
+   derived pass after each minute, for ``BENCH_LIVE_MINUTES`` (60) minutes from :00 — what a
+   live fleet costs the worker per new window, as each pass recomputes its hours whole.
+3. catch-up: ``BENCH_CATCHUP_WINDOWS`` (1M × ``BENCH_SCALE``; 1M is the full size) already
    stored as 60-minute batches (agents back from an outage), drained by a real Celery worker
    (prefork, 2 processes, production chunk sizes) — done only when every batch is processed
    *and* every derived mark cleared. Goal 3: ≥ 0.45 × a raw COPY of the same rows at the
    worker's commit size (``TELEMETRY_CHUNK_WINDOWS``, 40,000), measured after the drain.
-3. endpoint: gunicorn + a real Celery worker on this machine, configured as docker-compose
+4. endpoint: gunicorn + a real Celery worker on this machine, configured as docker-compose
    deploys them, many simulated agents (pre-signed batches, 4 processes) posting 8-window
    batches at 208 batches/s (a 100k-GPU fleet): acknowledgement p50/p99 and worker lag.
    Goal 5: ≥ 208 batches/s, p99 < 50 ms, lag < 60 s, printed beside the load average. Then
@@ -353,6 +356,58 @@ def bench_worker(fleet: list[Any]) -> dict[str, float]:
     return {"ceiling": ceiling, "window_path": windows / t_a, "derived": windows / t_b}
 
 
+# The live shape's length: a whole hour, as the cost of a pass grows with the windows its hours
+# already hold.
+LIVE_MINUTES = int(os.environ.get("BENCH_LIVE_MINUTES", "60"))
+# The fleet the live figures are read for: the endpoint's goal (208 batches/s of 8 windows).
+LIVE_FLEET = 100_000
+
+
+def bench_live(fleet: list[Any]) -> dict[str, float]:
+    """The worker as it runs live: one minute of the whole fleet arrives, the window path
+    takes it, and a derived pass recomputes every GPU-hour it touched — the whole hour so
+    far, not only its new minute — for ``LIVE_MINUTES`` minutes from :00. Not a goal: what a
+    live fleet costs the worker, per new window, for docs/scaling.md's "what one machine
+    carries"."""
+    from django.conf import settings
+    from django.test import override_settings
+    from django.utils import timezone
+
+    from telemetry.services.derived import derived_drain
+
+    _reset()
+    start = (timezone.now() - dt.timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
+    load_before = load()
+    paths, passes, windows = [], [], 0
+    with override_settings(TELEMETRY_CHUNK_WINDOWS=ROWS_PER_COMMIT):
+        for minute in range(LIVE_MINUTES):
+            at = start + dt.timedelta(minutes=minute)
+            windows += _store_backlog(fleet, batches_per_node=1, minutes=1, start=at)
+            paths.append(_window_path()[1])
+            started = time.perf_counter()
+            derived_drain(limit=settings.TELEMETRY_DERIVED_CLAIM_HOURS)
+            passes.append(time.perf_counter() - started)
+    _derived_checked(windows)
+    _reset()
+    path_us, derived_us = sum(paths) / windows * 1e6, sum(passes) / windows * 1e6
+    per_minute = windows / LIVE_MINUTES
+    cores = LIVE_FLEET / 60 * (path_us + derived_us) / 1e6
+    print(
+        f"live, {LIVE_MINUTES} minutes of {len(fleet) * 8:,} GPUs, a pass after each minute "
+        f"({load_before} before, {load()} after):"
+    )
+    print(
+        f"  per new window: window path {path_us:.0f} µs, derived pass {derived_us:.0f} µs "
+        f"(minute 1: {passes[0] / per_minute * 1e6:.0f} µs, minute {LIVE_MINUTES}: "
+        f"{passes[-1] / per_minute * 1e6:.0f} µs)"
+    )
+    print(
+        f"  a fleet of {LIVE_FLEET:,} GPUs ({LIVE_FLEET / 60:,.0f} windows/s) keeps "
+        f"{cores:.2f} of a core busy in the worker and its backend"
+    )
+    return {"window_path_us": path_us, "derived_us": derived_us, "cores": cores}
+
+
 # docker-compose gives the worker a quarter of the web server's CPU weight when both want the
 # cores (cpu_shares 256 against the default 1024): the acknowledgement path goes first, the
 # worker catches up in the gaps. Here, all in one cgroup, niceness 6 is that weight (272/1024).
@@ -667,10 +722,12 @@ def main() -> int:
     _setup_django()
     fleet = _fleet(max(10, int(1000 * SCALE)))
     print(f"fleet: {len(fleet):,} nodes x 8 GPUs; BENCH_SCALE={SCALE}; body schema {SCHEMA}")
-    # BENCH_SECTIONS=worker,catch_up,endpoint (default: all) runs only some sections.
-    wanted = os.environ.get("BENCH_SECTIONS", "worker,catch_up,endpoint").split(",")
+    # BENCH_SECTIONS=worker,live,catch_up,endpoint (default: all) runs only some sections.
+    wanted = os.environ.get("BENCH_SECTIONS", "worker,live,catch_up,endpoint").split(",")
     if "worker" in wanted:
         bench_worker(fleet)
+    if "live" in wanted:
+        bench_live(fleet)
     if "catch_up" in wanted:
         bench_catch_up(fleet)
     if "endpoint" in wanted:
