@@ -234,13 +234,14 @@ SELECT t.gpu_id, date_trunc('hour', r.window_start, 'UTC')
 """
 
 
-def _delta(column: str, *, first: str = "w.rn = 1", before: str = "prev") -> str:
-    """Counter increase since the previous window (or reading); a counter that went backwards
-    was reset. ``first`` says when the previous one is ``before`` the hour."""
-    prev = f"(CASE WHEN {first} THEN {before}.{column} ELSE w.prev_{column} END)"
+def _increase(column: str) -> str:
+    """A counter's increase at a window of ``d`` over the value before it (``<column>_before``);
+    none when either is missing; a counter that went backwards was reset, so its new value is
+    the increase."""
+    value, before = f"d.{column}", f"d.{column}_before"
     return (
-        f"(CASE WHEN w.{column} IS NULL OR {prev} IS NULL THEN 0 "
-        f"WHEN w.{column} >= {prev} THEN w.{column} - {prev} ELSE w.{column} END)"
+        f"(CASE WHEN {value} IS NULL OR {before} IS NULL THEN 0 "
+        f"WHEN {value} >= {before} THEN {value} - {before} ELSE {value} END)"
     )
 
 
@@ -273,6 +274,12 @@ def energy_reading_before_sql(gpu: str, hour: str) -> str:
                  ORDER BY pw.window_start DESC LIMIT 1) AS near ON true"""  # noqa: S608
 
 
+# A touched hour's windows are read once, in order (an index scan of the hour: no sort), with
+# each one's previous window in the hour (``lag``). What a window's counters are compared with:
+# ECC, the previous window (the hour's first: the GPU's last window in the LOOKAROUND before
+# the hour, ``prev``); energy, the previous reading in the hour — the previous window's when it
+# has one, as nearly always — else, for the hour's first reading, the reading before the hour
+# (``energy_reading_before_sql``: docs/accounting.md rule 6), looked up only then.
 _ROLLUPS = f"""
 INSERT INTO telemetry_hourlyrollup
     (gpu_id, hour, windows, seconds_up, seconds_degraded, seconds_down, util_gpu_seconds,
@@ -284,11 +291,10 @@ SELECT h.gpu_id, h.hour,
        coalesce(sum(w.observed) FILTER (WHERE w.state = 'down'), 0),
        round(coalesce(sum(w.util_gpu_avg::numeric * w.observed)
                       FILTER (WHERE w.state IN ('up', 'degraded')), 0), 3),
-       round(coalesce(sum({_delta("energy_mj", first="w.rn_reading = 1", before="reading")}),
-                      0)::numeric / {MJ_PER_KWH}, 9),
+       round(coalesce(sum(w.energy), 0)::numeric / {MJ_PER_KWH}, 9),
        max(w.temp_max_c),
-       coalesce(sum({_delta("ecc_corrected")}), 0),
-       coalesce(sum({_delta("ecc_uncorrected")}), 0),
+       coalesce(sum(w.ecc_corrected), 0),
+       coalesce(sum(w.ecc_uncorrected), 0),
        (SELECT count(*) FROM telemetry_telemetryevent e
          WHERE e.gpu_id = h.gpu_id AND e.kind = 'xid'
            AND e.occurred_at >= h.hour AND e.occurred_at < h.hour + interval '1 hour'),
@@ -299,22 +305,40 @@ SELECT h.gpu_id, h.hour,
          WHERE pw.gpu_id = h.gpu_id AND pw.window_start < h.hour
            AND pw.window_start >= h.hour - %(around)s
          ORDER BY pw.window_start DESC LIMIT 1) AS prev ON true
-  LEFT JOIN LATERAL ({energy_reading_before_sql("h.gpu_id", "h.hour")}) AS reading ON true
   LEFT JOIN LATERAL (
-        SELECT x.window_start, x.state, x.util_gpu_avg, x.temp_max_c,
-               x.observed_to - x.observed_from AS observed,
-               x.energy_mj, x.ecc_corrected, x.ecc_uncorrected,
-               lag(x.energy_mj) OVER readings AS prev_energy_mj,
-               row_number() OVER readings AS rn_reading,
-               lag(x.ecc_corrected) OVER o AS prev_ecc_corrected,
-               lag(x.ecc_uncorrected) OVER o AS prev_ecc_uncorrected,
-               row_number() OVER o AS rn
-          FROM telemetry_window x
-         WHERE x.gpu_id = h.gpu_id AND x.window_start >= h.hour
-           AND x.window_start < h.hour + interval '1 hour'
-        WINDOW o AS (ORDER BY x.window_start),
-               readings AS (PARTITION BY x.energy_mj IS NULL ORDER BY x.window_start)) AS w
-        ON true
+        SELECT d.window_start, d.state, d.util_gpu_avg, d.temp_max_c, d.observed,
+               {_increase("energy_mj")} AS energy,
+               {_increase("ecc_corrected")} AS ecc_corrected,
+               {_increase("ecc_uncorrected")} AS ecc_uncorrected
+          FROM (SELECT x.window_start, x.state, x.util_gpu_avg, x.temp_max_c, x.observed,
+                       x.energy_mj, x.ecc_corrected, x.ecc_uncorrected,
+                       CASE WHEN x.first THEN prev.ecc_corrected
+                            ELSE x.previous_ecc_corrected END AS ecc_corrected_before,
+                       CASE WHEN x.first THEN prev.ecc_uncorrected
+                            ELSE x.previous_ecc_uncorrected END AS ecc_uncorrected_before,
+                       CASE WHEN x.energy_mj IS NULL THEN NULL
+                            WHEN x.previous_energy_mj IS NOT NULL THEN x.previous_energy_mj
+                            ELSE coalesce((
+                                SELECT r.energy_mj FROM telemetry_window r
+                                 WHERE r.gpu_id = h.gpu_id AND r.window_start >= h.hour
+                                   AND r.window_start < x.window_start
+                                   AND r.energy_mj IS NOT NULL
+                                 ORDER BY r.window_start DESC LIMIT 1),
+                                ({energy_reading_before_sql("h.gpu_id", "h.hour")}))
+                       END AS energy_mj_before
+                  FROM (SELECT y.window_start, y.state, y.util_gpu_avg, y.temp_max_c,
+                               y.observed_to - y.observed_from AS observed,
+                               y.energy_mj, y.ecc_corrected, y.ecc_uncorrected,
+                               lag(y.window_start) OVER o IS NULL AS first,
+                               lag(y.energy_mj) OVER o AS previous_energy_mj,
+                               lag(y.ecc_corrected) OVER o AS previous_ecc_corrected,
+                               lag(y.ecc_uncorrected) OVER o AS previous_ecc_uncorrected
+                          FROM telemetry_window y
+                         WHERE y.gpu_id = h.gpu_id AND y.window_start >= h.hour
+                           AND y.window_start < h.hour + interval '1 hour'
+                        WINDOW o AS (ORDER BY y.window_start)) AS x
+                OFFSET 0) AS d
+        OFFSET 0) AS w ON true
  GROUP BY h.gpu_id, h.hour
 ON CONFLICT (gpu_id, hour) DO UPDATE SET
     windows = EXCLUDED.windows, seconds_up = EXCLUDED.seconds_up,
