@@ -191,6 +191,34 @@ def test_an_update_that_changes_nothing_rewrites_no_day(db):
     assert (moved != ctid, seconds) == (True, 10)
 
 
+def test_a_new_day_is_inserted_with_its_sums_and_an_existing_one_summed_again(db):
+    """A day's first hours write its row once, sums and all; a later hour rewrites it."""
+
+    def counts() -> tuple[int, int]:  # (rows inserted, rows updated) in this transaction
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables "
+                "WHERE relname = 'telemetry_dailyrollup'"
+            )
+            return cursor.fetchone()
+
+    def written(before: tuple[int, int]) -> tuple[int, int]:
+        inserted, updated = counts()
+        return inserted - before[0], updated - before[1]
+
+    gpu = uuid.uuid4()
+    before = counts()
+    HourlyRollup.objects.bulk_create(
+        [rollup(gpu, MIDNIGHT), rollup(gpu, MIDNIGHT + HOUR, seconds_degraded=600)]
+    )
+    assert written(before) == (1, 0)
+    assert daily() == [(gpu, NOV_21, 6600, 0, "2.000", "0.000000002")] == by_day()
+    before = counts()
+    rollup(gpu, MIDNIGHT + 2 * HOUR, seconds_down=60).save()
+    assert written(before) == (0, 1)
+    assert daily() == [(gpu, NOV_21, 9600, 60, "3.000", "0.000000003")] == by_day()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_transactions_writing_hours_of_one_new_day_both_count():
     """Each writer sums the day in its own statement; the second must wait for the first
