@@ -125,7 +125,9 @@ def partitions_maintain() -> None:
 
 @shared_task(name="telemetry.batches_purge", ignore_result=True)
 def batches_purge() -> int:
-    """Retention: processed raw batches, and the placement change log's old rows."""
+    """Retention: processed raw batches, the placement change log's old rows, and the
+    tallies of hours past ``derived.TALLIED``."""
     now = timezone.now()
     upkeep.placement_changes_prune(now=now)
+    upkeep.hour_tallies_prune(now=now)
     return upkeep.batches_purge(now=now)

@@ -2,7 +2,10 @@
 
 Both are recomputed from the windows themselves for whatever a change could affect, never
 patched with deltas. That makes them idempotent under at-least-once delivery, and makes an
-incremental update and a rebuild of any range give exactly the same rows.
+incremental update and a rebuild of any range give exactly the same rows. The one shortcut
+keeps that: a recent hour whose mark shows that only windows after all its rollup holds came
+is extended with them, from exact sums kept beside its rollup (``_HOURS_FROM_CLAIM``'s
+``since``, ``telemetry_hourtally``), to the digits a whole read gives.
 
 The ingest path does not compute them. Its chunk transaction only *marks* the (GPU, hour)
 pairs it touched, in ``telemetry_derivedwork`` (``derived_mark``); ``derived_process`` later
@@ -69,6 +72,10 @@ from telemetry.services.state_events import ISLANDS, gpu_state_events_emit
 LOOKAROUND = dt.timedelta(days=2)
 _AROUND = "interval '2 days'"  # LOOKAROUND in SQL, where a query is built, not parameterised
 WINDOW = dt.timedelta(seconds=60)
+# How far back an hour keeps its tally (``telemetry_hourtally``: the exact sums behind its
+# rollup), so that a pass can extend its rollup with new windows instead of reading it whole:
+# the open hour and the two before it, where the last minutes of an hour still arrive.
+TALLIED = dt.timedelta(hours=3)
 MJ_PER_KWH = 3_600_000_000
 # pg_advisory_xact_lock key of the derived passes (held shared by each) and of
 # rollups_rebuild (exclusively): "derived" in ASCII.
@@ -120,7 +127,7 @@ CREATE TEMP TABLE IF NOT EXISTS telemetry_islands (
     n timestamptz, n_at timestamptz, last_at timestamptz, PRIMARY KEY (gpu_id, lo)
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS telemetry_touched_hours (
-    gpu_id uuid, hour timestamptz, PRIMARY KEY (gpu_id, hour)
+    gpu_id uuid, hour timestamptz, since timestamptz, PRIMARY KEY (gpu_id, hour)
 ) ON COMMIT DELETE ROWS;
 TRUNCATE telemetry_claimed, telemetry_islands, telemetry_touched_hours;
 """
@@ -219,18 +226,45 @@ ON CONFLICT (gpu_id, at) DO UPDATE
 # taken against a window the island may have changed) and the hour of the first energy reading
 # after it, however far (its previous reading may now lie in the island, or a window of the
 # island may break the silence it was taken across).
+#
+# ``since``: where a marked hour's rollup is extended from instead of read whole (NULL: whole).
+# An hour is extended from its mark's earliest instant when nothing before that instant can
+# have changed: its tally agrees with its rollup (``telemetry_hourtally``), no marked hour
+# just before it (its island starts here), no other island's next window or next reading in
+# it, and the instant comes after the last window the rollup holds. Every window a rollup does
+# not hold is marked with an instant at or before its own — windows and their marks commit
+# together, a pass takes only committed marks and waits for the chunks that rely on marks
+# their process remembers (the races above), and a window that commits while its hour's mark
+# is claimed waits for the pass — and windows are never removed but with their partition. So
+# the rollup holds every window before the instant, and the windows from it on are exactly
+# the ones it does not hold.
 _HOURS_FROM_CLAIM = """
-INSERT INTO telemetry_touched_hours (gpu_id, hour)
-SELECT gpu_id, hour FROM telemetry_claimed
-UNION
-SELECT gpu_id, date_trunc('hour', n, 'UTC') FROM telemetry_islands WHERE n IS NOT NULL
-UNION
-SELECT t.gpu_id, date_trunc('hour', r.window_start, 'UTC')
-  FROM telemetry_islands t
- CROSS JOIN LATERAL (
-       SELECT w.window_start FROM telemetry_window w
-        WHERE w.gpu_id = t.gpu_id AND w.window_start >= t.hi AND w.energy_mj IS NOT NULL
-        ORDER BY w.window_start LIMIT 1) AS r
+INSERT INTO telemetry_touched_hours (gpu_id, hour, since)
+SELECT k.gpu_id, k.hour,
+       CASE WHEN k.after_island OR r.gpu_id IS NULL OR r.windows = 0 THEN NULL
+            WHEN EXISTS (SELECT FROM telemetry_claimed b
+                          WHERE b.gpu_id = k.gpu_id AND b.hour = k.hour - interval '1 hour')
+            THEN NULL
+            WHEN c.lo > t.last_window_start THEN c.lo
+       END
+  FROM (SELECT gpu_id, hour, bool_or(after_island) AS after_island
+          FROM (SELECT gpu_id, hour, false AS after_island FROM telemetry_claimed
+                UNION ALL
+                SELECT gpu_id, date_trunc('hour', n, 'UTC'), true
+                  FROM telemetry_islands WHERE n IS NOT NULL
+                UNION ALL
+                SELECT t.gpu_id, date_trunc('hour', r.window_start, 'UTC'), true
+                  FROM telemetry_islands t
+                 CROSS JOIN LATERAL (
+                       SELECT w.window_start FROM telemetry_window w
+                        WHERE w.gpu_id = t.gpu_id AND w.window_start >= t.hi
+                          AND w.energy_mj IS NOT NULL
+                        ORDER BY w.window_start LIMIT 1) AS r) AS hours
+         GROUP BY gpu_id, hour) AS k
+  LEFT JOIN telemetry_claimed c ON c.gpu_id = k.gpu_id AND c.hour = k.hour
+  LEFT JOIN telemetry_hourtally t ON t.gpu_id = k.gpu_id AND t.hour = k.hour
+  LEFT JOIN telemetry_hourlyrollup r ON r.gpu_id = k.gpu_id AND r.hour = k.hour
+   AND r.windows = t.windows AND r.computed_at = t.computed_at
 """
 
 
@@ -280,30 +314,32 @@ def energy_reading_before_sql(gpu: str, hour: str) -> str:
 # the hour, ``prev``); energy, the previous reading in the hour — the previous window's when it
 # has one, as nearly always — else, for the hour's first reading, the reading before the hour
 # (``energy_reading_before_sql``: docs/accounting.md rule 6), looked up only then.
+#
+# An hour extended (``since``, ``_HOURS_FROM_CLAIM``) reads only its windows from ``since``
+# on, the first of them compared with the hour's last window before ``since`` (``prev``), and
+# adds what they sum to its rollup's figures and its tally's exact sums: the same digits as
+# reading it whole, since every sum is exact until the final rounding. Hours of the last
+# ``TALLIED`` keep their exact sums in their tally for the next pass.
 _ROLLUPS = f"""
-INSERT INTO telemetry_hourlyrollup
-    (gpu_id, hour, windows, seconds_up, seconds_degraded, seconds_down, util_gpu_seconds,
-     energy_kwh, temp_max_c, ecc_corrected, ecc_uncorrected, xid_events, computed_at)
-SELECT h.gpu_id, h.hour,
-       count(w.window_start),
-       coalesce(sum(w.observed) FILTER (WHERE w.state = 'up'), 0),
-       coalesce(sum(w.observed) FILTER (WHERE w.state = 'degraded'), 0),
-       coalesce(sum(w.observed) FILTER (WHERE w.state = 'down'), 0),
-       round(coalesce(sum(w.util_gpu_avg::numeric * w.observed)
-                      FILTER (WHERE w.state IN ('up', 'degraded')), 0), 3),
-       round(coalesce(sum(w.energy), 0)::numeric / {MJ_PER_KWH}, 9),
-       max(w.temp_max_c),
-       coalesce(sum(w.ecc_corrected), 0),
-       coalesce(sum(w.ecc_uncorrected), 0),
-       (SELECT count(*) FROM telemetry_telemetryevent e
-         WHERE e.gpu_id = h.gpu_id AND e.kind = 'xid'
-           AND e.occurred_at >= h.hour AND e.occurred_at < h.hour + interval '1 hour'),
-       now()
+WITH computed AS MATERIALIZED (
+SELECT h.gpu_id, h.hour, h.since,
+       count(w.window_start) AS windows,
+       sum(w.observed) FILTER (WHERE w.state = 'up') AS seconds_up,
+       sum(w.observed) FILTER (WHERE w.state = 'degraded') AS seconds_degraded,
+       sum(w.observed) FILTER (WHERE w.state = 'down') AS seconds_down,
+       sum(w.util_gpu_avg::numeric * w.observed)
+           FILTER (WHERE w.state IN ('up', 'degraded')) AS util_gpu_seconds,
+       sum(w.energy) AS energy_mj,
+       max(w.temp_max_c) AS temp_max_c,
+       sum(w.ecc_corrected) AS ecc_corrected,
+       sum(w.ecc_uncorrected) AS ecc_uncorrected,
+       max(w.window_start) AS last_window_start
   FROM telemetry_touched_hours h
   LEFT JOIN LATERAL (
         SELECT pw.ecc_corrected, pw.ecc_uncorrected FROM telemetry_window pw
-         WHERE pw.gpu_id = h.gpu_id AND pw.window_start < h.hour
-           AND pw.window_start >= h.hour - %(around)s
+         WHERE pw.gpu_id = h.gpu_id AND pw.window_start < coalesce(h.since, h.hour)
+           AND pw.window_start >= CASE WHEN h.since IS NULL THEN h.hour - %(around)s
+                                       ELSE h.hour END
          ORDER BY pw.window_start DESC LIMIT 1) AS prev ON true
   LEFT JOIN LATERAL (
         SELECT d.window_start, d.state, d.util_gpu_avg, d.temp_max_c, d.observed,
@@ -334,12 +370,54 @@ SELECT h.gpu_id, h.hour,
                                lag(y.ecc_corrected) OVER o AS previous_ecc_corrected,
                                lag(y.ecc_uncorrected) OVER o AS previous_ecc_uncorrected
                           FROM telemetry_window y
-                         WHERE y.gpu_id = h.gpu_id AND y.window_start >= h.hour
+                         WHERE y.gpu_id = h.gpu_id
+                           AND y.window_start >= coalesce(h.since, h.hour)
                            AND y.window_start < h.hour + interval '1 hour'
                         WINDOW o AS (ORDER BY y.window_start)) AS x
                 OFFSET 0) AS d
         OFFSET 0) AS w ON true
- GROUP BY h.gpu_id, h.hour
+ GROUP BY h.gpu_id, h.hour, h.since
+), totals AS MATERIALIZED (
+SELECT c.gpu_id, c.hour,
+       c.windows + coalesce(r.windows, 0) AS windows,
+       coalesce(c.seconds_up, 0) + coalesce(r.seconds_up, 0) AS seconds_up,
+       coalesce(c.seconds_degraded, 0) + coalesce(r.seconds_degraded, 0) AS seconds_degraded,
+       coalesce(c.seconds_down, 0) + coalesce(r.seconds_down, 0) AS seconds_down,
+       coalesce(c.util_gpu_seconds, 0) + coalesce(t.util_gpu_seconds, 0) AS util_gpu_seconds,
+       coalesce(c.energy_mj, 0) + coalesce(t.energy_mj, 0) AS energy_mj,
+       greatest(c.temp_max_c, r.temp_max_c) AS temp_max_c,
+       coalesce(c.ecc_corrected, 0) + coalesce(r.ecc_corrected, 0) AS ecc_corrected,
+       coalesce(c.ecc_uncorrected, 0) + coalesce(r.ecc_uncorrected, 0) AS ecc_uncorrected,
+       greatest(c.last_window_start, t.last_window_start) AS last_window_start
+  FROM computed c
+  LEFT JOIN telemetry_hourlyrollup r
+    ON c.since IS NOT NULL AND r.gpu_id = c.gpu_id AND r.hour = c.hour
+  LEFT JOIN telemetry_hourtally t
+    ON c.since IS NOT NULL AND t.gpu_id = c.gpu_id AND t.hour = c.hour
+), tallied AS (
+INSERT INTO telemetry_hourtally AS t
+    (gpu_id, hour, windows, util_gpu_seconds, energy_mj, last_window_start, computed_at)
+SELECT gpu_id, hour, windows, util_gpu_seconds, energy_mj, last_window_start, now()
+  FROM totals
+ WHERE hour >= now() - %(tallied)s
+ ORDER BY 1, 2
+ON CONFLICT (gpu_id, hour) DO UPDATE SET
+    windows = EXCLUDED.windows, util_gpu_seconds = EXCLUDED.util_gpu_seconds,
+    energy_mj = EXCLUDED.energy_mj, last_window_start = EXCLUDED.last_window_start,
+    computed_at = EXCLUDED.computed_at
+)
+INSERT INTO telemetry_hourlyrollup
+    (gpu_id, hour, windows, seconds_up, seconds_degraded, seconds_down, util_gpu_seconds,
+     energy_kwh, temp_max_c, ecc_corrected, ecc_uncorrected, xid_events, computed_at)
+SELECT o.gpu_id, o.hour, o.windows, o.seconds_up, o.seconds_degraded, o.seconds_down,
+       round(o.util_gpu_seconds, 3),
+       round(o.energy_mj::numeric / {MJ_PER_KWH}, 9),
+       o.temp_max_c, o.ecc_corrected, o.ecc_uncorrected,
+       (SELECT count(*) FROM telemetry_telemetryevent e
+         WHERE e.gpu_id = o.gpu_id AND e.kind = 'xid'
+           AND e.occurred_at >= o.hour AND e.occurred_at < o.hour + interval '1 hour'),
+       now()
+  FROM totals o
 ON CONFLICT (gpu_id, hour) DO UPDATE SET
     windows = EXCLUDED.windows, seconds_up = EXCLUDED.seconds_up,
     seconds_degraded = EXCLUDED.seconds_degraded, seconds_down = EXCLUDED.seconds_down,
@@ -394,6 +472,7 @@ def instant_marks(
 class DerivedResult:
     claimed: int = 0  # marked (GPU, hour) pairs taken and cleared
     rollups: int = 0  # hourly rollups written (marked hours and the hours after them)
+    extended: int = 0  # of them, rollups extended with new windows instead of read whole
     busy: bool = False  # other passes (or a rebuild) held every lock: nothing was done
 
 
@@ -476,7 +555,7 @@ def _derived_process(*, limit: int, share: bool) -> DerivedResult:
             return result
         if not result.claimed:
             return result
-        params = {"around": LOOKAROUND}
+        params = {"around": LOOKAROUND, "tallied": TALLIED}
         cursor.execute(_ISLANDS, params)
         cursor.execute(_TRANSITIONS_DELETE)
         cursor.execute(_TRANSITIONS_INSERT)
@@ -484,6 +563,9 @@ def _derived_process(*, limit: int, share: bool) -> DerivedResult:
         # Draft incidents from down XIDs and lost GPUs; resolved when the GPU is up again.
         incidents_from_events(cursor=cursor, around=LOOKAROUND)
         cursor.execute(_HOURS_FROM_CLAIM)
+        cursor.execute("SELECT count(since) FROM telemetry_touched_hours")
+        row = cursor.fetchone()
+        result.extended = int(row[0]) if row else 0
         cursor.execute(_ROLLUPS, params)
         result.rollups = int(cursor.rowcount)
         cursor.execute(_UNMARK)
@@ -521,6 +603,7 @@ def derived_drain(*, limit: int, budget_s: float | None = None) -> DerivedResult
         result = derived_process(limit=limit)
         total.claimed += result.claimed
         total.rollups += result.rollups
+        total.extended += result.extended
         total.busy = result.busy
         if result.busy or not result.claimed:
             return total
@@ -537,7 +620,13 @@ def rollups_rebuild(
     different snapshots. Marks in the range stay: the next pass recomputes them (same rows).
     """
     gpu_filter = "AND gpu_id = ANY(%(gpus)s)" if gpu_ids is not None else ""
-    params: dict[str, Any] = {"start": start, "end": end, "gpus": gpu_ids, "around": LOOKAROUND}
+    params: dict[str, Any] = {
+        "start": start,
+        "end": end,
+        "gpus": gpu_ids,
+        "around": LOOKAROUND,
+        "tallied": TALLIED,
+    }
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [PASS_LOCK])
         cursor.execute("SET LOCAL work_mem = '64MB'")

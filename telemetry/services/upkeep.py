@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection, transaction
 
-from telemetry.services.derived import LOOKAROUND, WINDOW
+from telemetry.services.derived import LOOKAROUND, TALLIED, WINDOW
 from telemetry.services.partitions import window_partitions_ahead, window_partitions_drop_before
 from telemetry.services.state_events import STALE_GPUS, gpu_state_events_emit
 
@@ -145,4 +145,13 @@ def placement_changes_prune(*, now: dt.datetime) -> int:
             """,
             [now - PLACEMENT_CHANGES_KEPT],
         )
+        return int(cursor.rowcount)
+
+
+def hour_tallies_prune(*, now: dt.datetime) -> int:
+    """Deletes the tallies of hours older than ``derived.TALLIED`` (telemetry migration 0017):
+    a pass writes none for them, and one left behind only costs its row — a tally counts only
+    while it agrees with its rollup."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM telemetry_hourtally WHERE hour < %s", [now - TALLIED])
         return int(cursor.rowcount)

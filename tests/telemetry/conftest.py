@@ -18,8 +18,8 @@ NOW = dt.datetime(2026, 11, 21, 12, 0, 30, tzinfo=dt.UTC)
 @pytest.fixture(autouse=True)
 def _windows_emptied(request: pytest.FixtureRequest) -> Any:
     """Transactional tests end with a flush, which skips unmanaged tables such as the
-    partitioned windows table and the derived-work marks: empty them around them so no test
-    sees another's windows."""
+    partitioned windows table, the derived-work marks and the hours' tallies: empty them
+    around them so no test sees another's windows."""
     marker = request.node.get_closest_marker("django_db")
     if marker is None or not marker.kwargs.get("transaction"):
         yield
@@ -39,7 +39,7 @@ def windows_truncate() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE telemetry_window, telemetry_derivedwork")
+        cursor.execute("TRUNCATE telemetry_window, telemetry_derivedwork, telemetry_hourtally")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from telemetry.services.derived import _ROLLUPS, _TEMP, LOOKAROUND
+from telemetry.services.derived import _ROLLUPS, _TEMP, LOOKAROUND, TALLIED
 from telemetry.services.partitions import window_partitions_ensure
 from telemetry.services.processing import COPY_WINDOWS, WINDOW_TYPES
 from tests.telemetry.rollup_reference import ROLLUPS_REFERENCE
@@ -85,7 +85,7 @@ def test_the_rollup_equals_the_reference_digit_for_digit(node, seed):
     rows = [row for gpu in gpus for row in _windows(rng, gpu, node.id)]
     touched = _touched(rng, gpus)
     xids = [rng.choice(touched) for _ in range(40)]
-    params: dict[str, Any] = {"around": LOOKAROUND}
+    params: dict[str, Any] = {"around": LOOKAROUND, "tallied": TALLIED}
     with transaction.atomic(), connection.cursor() as cursor:
         with cursor.cursor.copy(COPY_WINDOWS) as copy:
             copy.set_types(WINDOW_TYPES)
