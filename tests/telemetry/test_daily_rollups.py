@@ -200,7 +200,8 @@ def test_a_new_day_is_inserted_with_its_sums_and_an_existing_one_summed_again(db
                 "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables "
                 "WHERE relname = 'telemetry_dailyrollup'"
             )
-            return cursor.fetchone()
+            inserted, updated = cursor.fetchone()
+            return int(inserted), int(updated)
 
     def written(before: tuple[int, int]) -> tuple[int, int]:
         inserted, updated = counts()
