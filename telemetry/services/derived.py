@@ -618,6 +618,8 @@ def rollups_rebuild(
 
     Waits for a running derived pass (the same lock), so the two never write one row from
     different snapshots. Marks in the range stay: the next pass recomputes them (same rows).
+    Every hour is read whole; those within ``TALLIED`` get their tallies too, so the next pass
+    may extend them.
     """
     gpu_filter = "AND gpu_id = ANY(%(gpus)s)" if gpu_ids is not None else ""
     params: dict[str, Any] = {
