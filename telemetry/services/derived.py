@@ -238,14 +238,16 @@ ON CONFLICT (gpu_id, at) DO UPDATE
 # is claimed waits for the pass — and windows are never removed but with their partition. So
 # the rollup holds every window before the instant, and the windows from it on are exactly
 # the ones it does not hold.
+# The statement answers how many hours it set to be extended.
 _HOURS_FROM_CLAIM = """
+WITH touched AS (
 INSERT INTO telemetry_touched_hours (gpu_id, hour, since)
 SELECT k.gpu_id, k.hour,
-       CASE WHEN k.after_island OR r.gpu_id IS NULL OR r.windows = 0 THEN NULL
-            WHEN EXISTS (SELECT FROM telemetry_claimed b
-                          WHERE b.gpu_id = k.gpu_id AND b.hour = k.hour - interval '1 hour')
-            THEN NULL
-            WHEN c.lo > t.last_window_start THEN c.lo
+       CASE WHEN NOT k.after_island AND r.gpu_id IS NOT NULL AND c.lo > t.last_window_start
+                 AND NOT EXISTS (SELECT FROM telemetry_claimed b
+                                  WHERE b.gpu_id = k.gpu_id
+                                    AND b.hour = k.hour - interval '1 hour')
+            THEN c.lo
        END
   FROM (SELECT gpu_id, hour, bool_or(after_island) AS after_island
           FROM (SELECT gpu_id, hour, false AS after_island FROM telemetry_claimed
@@ -265,6 +267,9 @@ SELECT k.gpu_id, k.hour,
   LEFT JOIN telemetry_hourtally t ON t.gpu_id = k.gpu_id AND t.hour = k.hour
   LEFT JOIN telemetry_hourlyrollup r ON r.gpu_id = k.gpu_id AND r.hour = k.hour
    AND r.windows = t.windows AND r.computed_at = t.computed_at
+RETURNING since
+)
+SELECT count(since) FROM touched
 """
 
 
@@ -563,7 +568,6 @@ def _derived_process(*, limit: int, share: bool) -> DerivedResult:
         # Draft incidents from down XIDs and lost GPUs; resolved when the GPU is up again.
         incidents_from_events(cursor=cursor, around=LOOKAROUND)
         cursor.execute(_HOURS_FROM_CLAIM)
-        cursor.execute("SELECT count(since) FROM telemetry_touched_hours")
         row = cursor.fetchone()
         result.extended = int(row[0]) if row else 0
         cursor.execute(_ROLLUPS, params)
