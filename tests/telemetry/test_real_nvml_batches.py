@@ -1,6 +1,6 @@
 """Batches the agent sent from a real H100 and a real H200 (tests/agent/fixtures/h100, …/h200,
-and the schema-2 agent's batches of the H200 ground-truth run, …/h200-truth) go through the
-real path: signed POST → endpoint → worker's window path → derived pass, with nothing
+and the schema-2 agent's batches of the ground-truth runs, …/h200-truth and …/h100-truth) go
+through the real path: signed POST → endpoint → worker's window path → derived pass, with nothing
 rejected."""
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ RUNS = (
         dt.datetime(2026, 11, 26, 14, tzinfo=dt.UTC),
         minutes=(34, 35, 36, 37, 38, 39, 40),
         temp_max_c=57,
+    ),
+    Run(
+        "h100-truth",
+        "NVIDIA H100 80GB HBM3",
+        dt.datetime(2026, 11, 27, 8, tzinfo=dt.UTC),
+        minutes=(25, 26, 27, 28, 29, 30, 31),
+        temp_max_c=77,
     ),
 )
 
