@@ -186,6 +186,7 @@ def celery_worker(django_db_setup: None) -> Iterator[Worker]:
     Tests that use it need `transactional_db`, so what they write is committed and visible.
     """
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    kick_flags_clear()
     process = celery_worker_start(queue)
     try:
         _session_worker.append(Worker(queue=queue, process=process))
@@ -245,6 +246,18 @@ def worker_drain() -> None:
         f"kick flags {sorted(flags) or 'none'} (a task retrying forever, or a countdown "
         "set under a clock frozen in the future?)"
     )
+
+
+def kick_flags_clear() -> None:
+    """Delete the telemetry kick flags (``telemetry.dispatch``). A flag says a task waits in
+    a queue; when a test deletes the queue of a worker of its own, the flag outlives its task
+    by up to its TTL and holds back every kick meanwhile — with no beat in the tests to sweep,
+    the marks of a test that starts then wait for good."""
+    from django.core.cache import cache
+
+    from telemetry.dispatch import DERIVED_KICK_KEY, KICK_KEY
+
+    cache.delete_many([KICK_KEY, DERIVED_KICK_KEY])
 
 
 def cache_clear() -> None:

@@ -30,7 +30,13 @@ from telemetry.testing import (
     signed_batch,
     window,
 )
-from tests.conftest import ROOT, celery_worker_start, celery_worker_stop, database_url
+from tests.conftest import (
+    ROOT,
+    celery_worker_start,
+    celery_worker_stop,
+    database_url,
+    kick_flags_clear,
+)
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -58,8 +64,11 @@ def json_lines(path: Path, *, running: bool = False) -> list[dict[str, Any]]:
 
 
 def queue_delete(queue: str) -> None:
-    """Drops what a test's own queue still holds (the broker is the test Redis database)."""
+    """Drops what a test's own queue still holds (the broker is the test Redis database), and
+    the kick flags of the tasks it may have held: a pass the worker's last pass queued is
+    dropped here, and its flag would hold back the next test's kicks for its TTL."""
     cache._cache.get_client(write=True).delete(queue)  # type: ignore[attr-defined]
+    kick_flags_clear()
 
 
 def a_batch_whose_task_was_lost() -> IngestBatch:
