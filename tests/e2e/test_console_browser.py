@@ -69,6 +69,10 @@ WIDE = """
 
 
 def no_sideways_scroll(page: Any) -> bool:
+    """Measured on the page as shown: after a click that navigates, the text a test waits for
+    can be in the DOM before the stylesheets have applied, and an unstyled table is wide."""
+    page.wait_for_load_state("load")
+    page.evaluate("document.fonts.ready.then(() => true)")
     return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
 
 
