@@ -194,6 +194,11 @@ class _Number(str):
     """A number's text as it came (``lenient``)."""
 
 
+def is_number(value: object) -> bool:
+    """Whether a value of a ``lenient`` reading is a number (its text), not a string."""
+    return isinstance(value, _Number)
+
+
 class _Pairs(list[tuple[str, Any]]):
     """An object's pairs in order, duplicates kept (``lenient``)."""
 

@@ -36,6 +36,7 @@ from telemetry.jsonguard import (
     JsonRefused,
     depth_check,
     duplicate_key_check,
+    is_number,
     lenient,
     stored_value_check,
     text_check,
@@ -234,8 +235,10 @@ class SchemaError(Exception):
     window: dict[str, Any] | None = None
 
 
-def inflate(body: bytes, *, limit: int) -> bytes:
-    """gunzip with a ceiling on the inflated size."""
+def inflate(body: bytes, *, limit: int, whole: bool = False) -> bytes:
+    """gunzip with a ceiling on the inflated size. ``whole`` (on receipt): the body must be
+    one gzip member with nothing after it — a second member or trailing bytes are not what an
+    agent sends, and a body is kept as it came."""
     inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     try:
         raw = inflater.decompress(body, limit + 1)
@@ -245,6 +248,11 @@ def inflate(body: bytes, *, limit: int) -> bytes:
         raise BodyTooLarge(f"The body inflates to more than {limit} bytes.")
     if not inflater.eof:
         raise SchemaError("The body is truncated gzip.")
+    if whole and inflater.unused_data:
+        raise SchemaError(
+            f"The body is not one whole gzip stream: {len(inflater.unused_data)} byte(s) "
+            "follow its end."
+        )
     return raw
 
 
@@ -329,7 +337,7 @@ def _instant_check(at: dt.datetime, field: str, index: int = -1, gpu_uuid: str =
 
 
 def batch_decode_gzip(body: bytes, *, limit: int, checked: bool = False) -> Batch:
-    return batch_decode(inflate(body, limit=limit), checked=checked)
+    return batch_decode(inflate(body, limit=limit, whole=not checked), checked=checked)
 
 
 def gzip_json(document: Any) -> bytes:
@@ -362,6 +370,16 @@ def _refused(exc: JsonRefused, raw: bytes) -> SchemaError:
     """A JsonRefused as the endpoint answers it: with the window the field is in, if any."""
     window = _window_at(exc.field, raw) if exc.field else None
     return SchemaError(exc.detail, field=exc.field, window=window)
+
+
+def json_error(exc: msgspec.MsgspecError, raw: bytes) -> SchemaError:
+    """What a request's JSON body breaks, named as the batch endpoint names it: a value of the
+    wrong type or out of bounds, a missing key (``field`` the path), or JSON msgspec refuses
+    (``field`` set when it is half a surrogate pair or a non-finite number, which a lenient
+    reading places; empty when the bytes are not JSON at all). For other request bodies."""
+    if isinstance(exc, msgspec.ValidationError):
+        return _schema_error(str(exc), raw)
+    return _decode_error(str(exc), raw)
 
 
 def _decode_error(message: str, raw: bytes) -> SchemaError:
@@ -418,11 +436,15 @@ def _number_out_of_range_at(prefix: str, raw: bytes) -> str:
     except ValueError:
         return ""
     for path, value, _ in walk(document):
-        if path.startswith(prefix) and isinstance(value, str) and value[:1] in "-0123456789":
+        if path.startswith(prefix) and is_number(value):
             if any(c in value for c in ".eE"):
                 if math.isinf(float(value)):
                     return path
-            elif len(value.lstrip("-")) > sys.get_int_max_str_digits():
+            # Too many digits for int(), or beyond what msgspec reads into an Any.
+            elif (
+                len(value.lstrip("-")) > sys.get_int_max_str_digits()
+                or not -(2**63) <= int(value) < 2**64
+            ):
                 return path
     return ""
 

@@ -26,12 +26,13 @@ from telemetry.jsonguard import (
     JsonRefused,
     depth_check,
     duplicate_key_check,
+    lenient,
     stored_value_check,
     text_check,
     utf8_check,
 )
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature, signature_matches
-from telemetry.schema import BodyTooLarge, SchemaError, batch_decode_gzip
+from telemetry.schema import BodyTooLarge, SchemaError, batch_decode_gzip, json_error
 from telemetry.selectors import node_credential_current
 from telemetry.services.enrolment import EnrolmentRefused, bootstrap_token_check, node_enrol
 from telemetry.services.ingest import Outcome, batch_receive
@@ -135,6 +136,10 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
     # Both checks run whatever the first says, so timing tells nothing.
     key_current = signature_matches(node_key_sha256(node_key), key_sha256)
     if not (signature_matches(expected, signature) and key_current):
+        if not key_header:
+            return _unauthorized(
+                "The signature does not match; the Idempotency-Key header it covers is missing."
+            )
         return _unauthorized("The signature does not match.")
     try:
         batch_id = uuid.UUID(key_header)
@@ -220,6 +225,31 @@ def agents_enrol(request: HttpRequest) -> JsonResponse:
         return problem(503, "unavailable", "The database is unavailable; retry later.")
 
 
+def _enrol_token_read(body: bytes) -> str:
+    """The bootstrap token, every other value skipped. The body must be JSON; half a surrogate
+    pair or a non-finite number elsewhere in it (which msgspec refuses as malformed, and the
+    batch endpoint answers with 422 naming the field) is let through to the checks after the
+    token, which name it: the token is read then from a lenient reading of the body."""
+    try:
+        return _enrol_token_decoder.decode(body).bootstrap_token
+    except msgspec.DecodeError as exc:
+        error = json_error(exc, body)
+        if not error.field:
+            raise
+        if error.field == "bootstrap_token":
+            raise msgspec.ValidationError(f"{error.detail} - at `$.bootstrap_token`") from None
+    pairs = lenient(body)
+    token = dict(pairs).get("bootstrap_token") if isinstance(pairs, list) else None
+    # ``lenient`` reads numbers and NaN as str subclasses: only a plain str is a text.
+    if type(token) is not str or not 1 <= len(token) <= 200:
+        raise msgspec.ValidationError(
+            "Expected `str` of length 1 to 200 - at `$.bootstrap_token`"
+            if token is not None
+            else "Object missing required field `bootstrap_token`"
+        )
+    return token
+
+
 def _agents_enrol(request: HttpRequest) -> JsonResponse:
     body = request.body
     if len(body) > ENROL_MAX_BODY_BYTES:
@@ -231,7 +261,7 @@ def _agents_enrol(request: HttpRequest) -> JsonResponse:
     except JsonRefused as exc:
         return problem(400, "bad_request", exc.detail)
     try:
-        token = _enrol_token_decoder.decode(body).bootstrap_token
+        token = _enrol_token_read(body)
     except msgspec.ValidationError as exc:
         field = "bootstrap_token" if "bootstrap_token" in str(exc) else ""
         return problem(422, "invalid_request", str(exc), field=field)
@@ -258,10 +288,11 @@ def _agents_enrol(request: HttpRequest) -> JsonResponse:
         stored_value_check(payload.gpus, path="gpus", max_text=ENROL_MAX_TEXT)
     except JsonRefused as exc:
         return problem(422, "invalid_request", exc.detail, field=exc.field)
-    except msgspec.ValidationError as exc:
-        return problem(422, "invalid_request", str(exc))
-    except msgspec.DecodeError as exc:
-        return problem(400, "bad_request", f"The body is not valid JSON: {exc}.")
+    except msgspec.MsgspecError as exc:
+        error = json_error(exc, body)
+        if isinstance(exc, msgspec.DecodeError) and not error.field:
+            return problem(400, "bad_request", error.detail)
+        return problem(422, "invalid_request", error.detail, field=error.field)
     try:
         enrolment = node_enrol(
             bootstrap_token=payload.bootstrap_token, hostname=payload.hostname, gpus=payload.gpus

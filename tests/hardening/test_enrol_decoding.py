@@ -68,7 +68,7 @@ def test_an_unknown_token_is_403_whatever_else_the_body_holds(client, bare_node)
     ("raw_token", "status"),
     [
         (b'"\xff\xfe"', 400),  # not UTF-8
-        (b'"\\ud800"', 400),  # half a surrogate pair
+        (b'"\\ud800"', 422),  # half a surrogate pair
         (b'"\xc3\xa9t\xc3\xa9"', 403),  # UTF-8, not ASCII: no token is
         (b"12", 422),
         (b'"' + b"t" * 201 + b'"', 422),
@@ -86,14 +86,16 @@ def test_a_token_that_cannot_be_one_is_refused(client, bare_node, raw_token, sta
         (b'[{"name": "\xff\xfe"}]', 400, "not valid UTF-8", "gpus[0].name"),
         (b"[" * 40 + b"]" * 40, 400, "more than 32 deep", ""),
         (b'[{"serial": "a\\u0000"}]', 422, "NUL", "gpus[0].serial"),
-        (b'[{"serial": "\\udc00"}]', 400, "not valid JSON", ""),
+        (b'[{"serial": "\\udc00"}]', 422, "half a surrogate pair", "gpus[0].serial"),
         (b'[{"name": "' + b"n" * 201 + b'"}]', 422, "at most 200", "gpus[0].name"),
         (b'[{"slot": 9223372036854775808}]', 422, "64-bit", "gpus[0].slot"),
         (b'[{"a": 1, "a": 2}]', 422, "appears twice", "gpus[0].a"),
-        (b'[{"watts": NaN}]', 400, "not valid JSON", ""),
+        (b'[{"watts": NaN}]', 422, "numbers must be finite", "gpus[0].watts"),
+        (b'[{"watts": 1.5, "x": [1, }]', 400, "not valid JSON", ""),
         (b'[{"watts": 1e999}]', 422, "out of range", ""),
-        (b"[" + b"{}," * 256 + b"{}]", 422, "length <= 256", ""),
-        (b'{"a": 1}', 422, "Expected `array`", ""),
+        (b"[" + b"{}," * 256 + b"{}]", 422, "length <= 256", "gpus"),
+        (b'{"a": 1}', 422, "Expected `array`", "gpus"),
+        (b'["H100"]', 422, "Expected `object`", "gpus[0]"),
     ],
 )
 def test_with_a_valid_token_a_bad_body_is_4xx_and_the_token_is_not_spent(
@@ -115,3 +117,30 @@ def test_an_overlong_body_is_413(client, token, bare_node):
     response = post(client, body(token, bare_node.hostname, b'["' + b"x" * 300_000 + b'"]'))
     assert response.status_code == 413
     nothing_enrolled()
+
+
+@pytest.mark.parametrize(
+    ("raw", "says", "field"),
+    [
+        (b'{"bootstrap_token": "%s", "gpus": []}', "hostname is required", "hostname"),
+        (b'{"bootstrap_token": "%s", "hostname": ""}', "length >= 1", "hostname"),
+        (b'{"bootstrap_token": "%s", "hostname": 7}', "Expected `str`", "hostname"),
+        (b'{"bootstrap_token": "%s", "hostname": "h", "agent_version": "' + b"v" * 65 + b'"}',
+         "length <= 64", "agent_version"),
+        (b'{"bootstrap_token": "%s", "hostname": "h", "x": "\\ud800"}', "half a surrogate", "x"),
+    ],
+)  # fmt: skip
+def test_a_broken_limit_names_its_field(client, bare_node, token, raw, says, field):
+    """docs/agent.md 5.1: 422 a limit broken, ``field`` naming it — after the token."""
+    response = post(client, raw.replace(b"%s", token.encode()))
+    assert response.status_code == 422, response.content
+    assert says in response.json()["detail"]
+    assert response.json()["field"] == field
+    nothing_enrolled()
+
+
+def test_a_spent_token_is_403_whatever_json_else_the_body_holds(client, bare_node, token):
+    assert post(client, body(token, bare_node.hostname)).status_code == 201
+    for gpus in (b'[{"w": NaN}]', b'[{"s": "\\ud800"}]', b'[{"a": 1, "a": 2}]'):
+        response = post(client, body(token, bare_node.hostname, gpus))
+        assert response.status_code == 403, (gpus, response.content)

@@ -180,6 +180,39 @@ def test_a_body_that_is_not_a_whole_gzip_stream_is_422(node, post, body, says):
     refused(post(node, doc_for(node), body=body), says=says)
 
 
+@pytest.mark.parametrize(
+    ("after", "says"),
+    [
+        (b"garbage", "7 byte(s) follow its end"),
+        (b"\0" * 8, "8 byte(s) follow its end"),
+        (gzip.compress(b""), "follow its end"),  # a second member
+    ],
+)
+def test_bytes_after_the_gzip_stream_are_422_and_nothing_is_stored(node, post, after, says):
+    document = doc_for(node)
+    whole = gzip.compress(json.dumps(document).encode())
+    refused(post(node, document, body=whole + after), says=says)
+    assert not IngestBatch.objects.exists()
+    assert post(node, document, body=whole).status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("number", "says"),
+    [
+        (b"1e999", "out of range"),
+        (b"-1e999", "out of range"),
+        (b"99999999999999999999999", "signed 64-bit"),
+    ],
+)
+def test_a_number_out_of_range_in_a_detail_is_422_naming_it(node, post, number, says):
+    """Beside a text that begins with a digit, which is no number (was a 500)."""
+    document = doc_for(
+        node, events=[event("xid", START, xid=79, detail={"pci": "00000000:18:00.0", "n": 1})]
+    )
+    body = text_body(document, b'"n": 1', b'"n": ' + number)
+    refused(post(node, document, body=body), field="events[0].detail.n", says=says)
+
+
 def test_a_body_that_is_not_an_object_is_422(node, post):
     for raw in (b"[]", b"1", b'"x"', b"null", b""):
         refused(post(node, doc_for(node), body=gzip.compress(raw)))
