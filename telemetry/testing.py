@@ -91,8 +91,13 @@ def fleet_node(
     return FakeNode(node=node, key=key, gpus=made)
 
 
+# The reason a degraded or down window gives when a test names only its state (a reason is
+# required with either, docs/agent.md 5.3).
+_STATE_REASON = {"up": None, "degraded": "row_remap_pending", "down": "gpu_is_lost"}
+
+
 def window(gpu_uuid: str, start: dt.datetime, **overrides: Any) -> dict[str, Any]:
-    """A plausible healthy window; override any field."""
+    """A plausible healthy window; override any field (a state alone brings a reason)."""
     doc: dict[str, Any] = {
         "gpu_uuid": gpu_uuid,
         "window_start": rfc3339(start),
@@ -120,6 +125,8 @@ def window(gpu_uuid: str, start: dt.datetime, **overrides: Any) -> dict[str, Any
         "recovery_action": None,
     }
     doc.update(overrides)
+    if "state_reason" not in overrides:
+        doc["state_reason"] = _STATE_REASON.get(doc["state"])
     return doc
 
 

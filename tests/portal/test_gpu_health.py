@@ -62,7 +62,7 @@ def fleet(oscar, alice_owner, bob_owner, alice, bob) -> Any:
                 at(m),
                 **counters(m),
                 **(
-                    {"state": "down", "state_reason": "XID 79", "util_gpu": None}
+                    {"state": "down", "state_reason": "xid:79", "util_gpu": None}
                     if 45 <= m < 50
                     else {}
                 ),

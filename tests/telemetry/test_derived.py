@@ -335,8 +335,8 @@ PARTIAL = [  # minute, span, state, util
 PARTIAL_TRANSITIONS = [
     ("up", at(0) + seconds(25), ""),
     ("no_data", at(2) + seconds(20), "no telemetry"),
-    ("degraded", at(5) + seconds(10), ""),
-    ("down", at(6), ""),
+    ("degraded", at(5) + seconds(10), "row_remap_pending"),
+    ("down", at(6), "gpu_is_lost"),
     ("up", at(7), ""),
     ("no_data", at(8) + seconds(30), "no telemetry"),
     ("up", at(9), ""),

@@ -108,7 +108,10 @@ def test_the_checks_over_prepared_rows_decide_and_write_what_the_checks_over_bod
         v2(g0, at(3), samples_ok=13),  # impossible
         v2(g0, at(4), util_gpu={"min": 50.0000001, "avg": 50.0, "max": 60.0}),  # within
         v2(g0, at(62), (10, 40)),
-    ], [event("xid", at(3), gpu_uuid=g0, xid=79), event("gpu_exploded", at(3))])  # fmt: skip
+        v2(g0, at(6), state="down", state_reason="because"),  # no reason of the contract's
+        v2(g0, at(7), state="down", state_reason="xid:79"),  # fine, judged from the body
+    ], [event("xid", at(3), gpu_uuid=g0, xid=79), event("gpu_exploded", at(3)),
+        event("gpu_lost", at(3), gpu_uuid=g0, xid=79)])  # fmt: skip
     send(post, node, [window(g0, at(5), state="down", util_gpu=None, util_mem=None)])
     with connection.cursor() as cursor:
         cursor.execute(
@@ -130,13 +133,14 @@ def test_the_checks_over_prepared_rows_decide_and_write_what_the_checks_over_bod
     by_rows = _validate_prepared(prepared, placed, now=NOW, floor=floor, write=data.extend)
 
     assert bytes(data) == _copy_data(rows)
-    assert len(rows) == 8
+    assert len(rows) == 9
     assert by_rows.marks == by_bodies.marks
     assert by_rows.rejections == by_bodies.rejections
     assert [r[6] for r in by_rows.rejections] == [
         "not_placed", "not_placed", "future", "beyond_retention", "impossible_value",
-        "unknown_kind",
+        "impossible_value", "unknown_kind", "impossible_value",
     ]  # fmt: skip
+    assert "xid 79 on a gpu_lost event" in by_rows.rejections[-1][7]
     assert by_rows.event_rows == by_bodies.event_rows
     assert len(by_rows.event_rows) == 1
     assert by_rows.gpu_ids == by_bodies.gpu_ids

@@ -123,7 +123,7 @@ def test_the_worker_stores_each_window_as_a_plain_copy_of_its_row_would(node, po
     g0, g1 = node.gpus[0], node.gpus[1]
     send(post, node, [
         window(g0.nvml_uuid, at(0)),
-        window(g1.nvml_uuid, at(0), state="down", state_reason="XID 79", util_gpu=None,
+        window(g1.nvml_uuid, at(0), state="down", state_reason="xid:79", util_gpu=None,
                power_w=None, energy_mj=None, remapped_rows_pending=1, recovery_action=2),
         window(g1.nvml_uuid, at(1), state="degraded", mem_total_bytes=None, temp_c=None),
     ])  # fmt: skip
@@ -183,8 +183,8 @@ def test_state_changes_are_dated_when_the_telemetry_says(node, post):
         node,
         [
             window(g0.nvml_uuid, at(0)),
-            window(g0.nvml_uuid, at(1), state="down", state_reason="gpu_lost"),
-            window(g0.nvml_uuid, at(2), state="down", state_reason="gpu_lost"),
+            window(g0.nvml_uuid, at(1), state="down", state_reason="gpu_is_lost"),
+            window(g0.nvml_uuid, at(2), state="down", state_reason="gpu_is_lost"),
             window(g0.nvml_uuid, at(3)),
             # minutes 4-6 missing: no data from the end of minute 3
             window(g0.nvml_uuid, at(7), state="degraded", state_reason="row_remap_pending"),
@@ -193,7 +193,7 @@ def test_state_changes_are_dated_when_the_telemetry_says(node, post):
     process()
     assert transitions(g0) == [
         ("up", at(0), ""),
-        ("down", at(1), "gpu_lost"),
+        ("down", at(1), "gpu_is_lost"),
         ("up", at(3), ""),
         ("no_data", at(4), "no telemetry"),
         ("degraded", at(7), "row_remap_pending"),
@@ -211,7 +211,7 @@ def test_late_windows_that_fill_a_gap_rewrite_its_transitions(node, post):
     ]
     send(post, node, [window(g0.nvml_uuid, at(2)), window(g0.nvml_uuid, at(3), state="down")])
     process()
-    assert transitions(g0) == [("up", at(0), ""), ("down", at(3), ""), ("up", at(4), "")]
+    assert transitions(g0) == [("up", at(0), ""), ("down", at(3), "gpu_is_lost"), ("up", at(4), "")]
 
 
 def test_energy_deltas_handle_counter_resets(node, post):

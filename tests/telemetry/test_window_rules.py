@@ -60,12 +60,50 @@ def test_a_healthy_window_is_fine_and_possible():
         ({"util_method": None}, "util_method is null, but util_gpu or util_mem is given"),
         ({"util_gpu": None, "util_mem": None},
          "util_method is 'buffer', but neither util_gpu nor util_mem is given"),
+        ({"state": "down", "state_reason": None},
+         "state is 'down' but state_reason is null: degraded or down need a reason"),
+        ({"state": "degraded", "state_reason": None},
+         "state is 'degraded' but state_reason is null: degraded or down need a reason"),
+        ({"state_reason": "xid:79"},
+         "state_reason 'xid:79' on an up window: only degraded or down have a reason"),
+        ({"state": "down", "state_reason": "because"},
+         "state_reason 'because' is not one of gpu_is_lost, gpu_missing, no_samples, "
+         "nvml_stall, nvml_unavailable, reset_required, retired_pages_pending, "
+         "row_remap_failure, row_remap_pending, recovery_action:<NAME> or xid:<n>"),
+        ({"state": "down", "state_reason": "xid:abc"}, None),
+        ({"state": "degraded", "state_reason": "recovery_action:drain"}, None),
+        ({"state": "degraded", "state_reason": "xid:79\n"}, None),
+        ({"state": "down", "state_reason": "XID 79"}, None),
     ],
 )  # fmt: skip
 def test_each_rule_refuses_its_contradiction_and_the_fast_path_does_not_pass_it(overrides, reason):
     w = decoded(**overrides)
-    assert window_impossible(w) == reason
+    if reason is None:  # a reason of no known form: refused, naming it
+        assert f"state_reason {overrides['state_reason']!r} is not one of" in str(
+            window_impossible(w)
+        )
+    else:
+        assert window_impossible(w) == reason
     assert not window_fine(w)
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "fast"),
+    [
+        ("up", None, True),
+        ("down", "gpu_is_lost", True),
+        ("down", "no_samples", True),
+        ("degraded", "retired_pages_pending", True),
+        ("down", "xid:79", False),  # a reason with a value: the full check, which passes it
+        ("degraded", "xid:13", False),
+        ("down", "recovery_action:GPU_RESET", False),
+        ("degraded", "recovery_action:8", False),
+    ],
+)
+def test_every_reason_the_agent_gives_is_possible(state, reason, fast):
+    w = decoded(state=state, state_reason=reason)
+    assert window_impossible(w) is None
+    assert window_fine(w) is fast
 
 
 def test_rounding_within_a_millionth_is_not_a_contradiction():
@@ -92,14 +130,16 @@ stats = st.fixed_dictionaries(
     samples=st.tuples(st.integers(0, 20), st.integers(0, 20)),
     span=st.tuples(st.integers(0, 59), st.integers(1, 60)),
     method=st.sampled_from([None, "buffer"]),
+    state=st.sampled_from(["up", "degraded", "down"]),
+    reason=st.sampled_from([None, "gpu_is_lost", "xid:79", "recovery_action:X", "because"]),
 )  # fmt: skip
 def test_the_fast_path_never_passes_a_window_a_rule_refuses(
-    util, temp, power, samples, span, method
+    util, temp, power, samples, span, method, state, reason
 ):
     w = decoded(
         util_gpu=util, util_mem=None, temp_c=temp, power_w=power, samples_ok=samples[0],
         samples_expected=samples[1], observed_from=span[0], observed_to=span[1],
-        util_method=method,
+        util_method=method, state=state, state_reason=reason,
     )  # fmt: skip
     if window_fine(w):
         assert window_impossible(w) is None

@@ -10,6 +10,7 @@ tests/telemetry/test_window_rules.py holds the two to each other and to every ru
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from telemetry.schema import Window
@@ -18,17 +19,52 @@ _EPS = 1e-6
 # Which rules these are: part of the layout of the rows the endpoint prepares
 # (``prepared.LAYOUT``), which say whether no rule can fail. Raise it with any change to the
 # rules, and rows prepared under the old ones are made again from their bodies.
-RULES_VERSION = 1
+RULES_VERSION = 2
+# Why a GPU is degraded or down (docs/agent.md 5.3): these, or a recovery action NVML asked
+# for (its name, or its number when the agent knows no name) or an XID.
+STATE_REASONS = frozenset(
+    {
+        "gpu_is_lost",
+        "reset_required",
+        "nvml_stall",
+        "nvml_unavailable",
+        "gpu_missing",
+        "no_samples",
+        "row_remap_pending",
+        "row_remap_failure",
+        "retired_pages_pending",
+    }
+)
+_REASON_WITH_VALUE = re.compile(r"(?:recovery_action:[A-Z0-9_]{1,40}|xid:[0-9]{1,10})\Z")
+
+
+def _reason_problem(state: str, reason: str | None) -> str | None:
+    """A state and its reason that contradict each other, or a reason of no known form."""
+    if state == "up":
+        if reason is None:
+            return None
+        return f"state_reason {reason!r} on an up window: only degraded or down have a reason"
+    if reason is None:
+        return f"state is {state!r} but state_reason is null: degraded or down need a reason"
+    if reason in STATE_REASONS or _REASON_WITH_VALUE.match(reason):
+        return None
+    return (
+        f"state_reason {reason[:80]!r} is not one of {', '.join(sorted(STATE_REASONS))}, "
+        "recovery_action:<NAME> or xid:<n>"
+    )
 
 
 def window_impossible(w: Window) -> str | None:
-    """A contradiction, or None: cross-field ones, and a window of no samples. The other
-    single-field bounds were checked on receipt.
+    """A contradiction, or None: cross-field ones, a window of no samples, and a reason of
+    no known form. The other single-field bounds were checked on receipt.
 
     Written out field by field: it runs for every window, and a loop over getattr costs
     several times as much."""
     if w.samples_expected == 0:
         return "samples_expected is 0: a window is made of samples"
+    reason = _reason_problem(w.state, w.state_reason)
+    if reason:
+        return reason
     if w.samples_ok > w.samples_expected:
         return f"samples_ok {w.samples_ok} > samples_expected {w.samples_expected}"
     s: Any
@@ -72,6 +108,7 @@ def window_fine(w: Window) -> bool:
     return (
         w.samples_expected > 0
         and w.samples_ok <= w.samples_expected
+        and ((w.state_reason is None) if w.state == "up" else (w.state_reason in STATE_REASONS))
         and (u is None or u.min <= u.avg <= u.max)
         and (m is None or m.min <= m.avg <= m.max)
         and (mem is None or (mem.min <= mem.avg <= mem.max

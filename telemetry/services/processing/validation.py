@@ -482,13 +482,21 @@ def _validate_prepared(
 
 
 def _events_check(work: _Work, item: _Loaded, node: _NodePlacements, future: dt.datetime) -> None:
-    """The batch's events: kept once their kind is known and their instant not beyond the
-    clock, each with its GPU resolved where that GPU is placed."""
+    """The batch's events: kept once their kind is known, their xid set iff they are one, and
+    their instant not beyond the clock, each with its GPU resolved where that GPU is placed."""
     for index, e in enumerate(item.batch.events):
         if e.kind not in EVENT_KINDS:
             detail = f"event kind {e.kind!r} is not one this server knows"
             _reject(work, item, "event", index, e.gpu_uuid or "", e.occurred_at, "unknown_kind",
                     detail, _to_builtins(e))  # fmt: skip
+            continue
+        if (e.kind == "xid") is (e.xid is None):  # xid is set iff the kind is xid
+            detail = (
+                "an xid event needs its xid" if e.xid is None
+                else f"xid {e.xid} on a {e.kind} event: only an xid event has one"
+            )  # fmt: skip
+            _reject(work, item, "event", index, e.gpu_uuid or "", e.occurred_at,
+                    "impossible_value", detail, _to_builtins(e))  # fmt: skip
             continue
         if e.occurred_at > future:
             _reject(work, item, "event", index, e.gpu_uuid or "", e.occurred_at, "future",
