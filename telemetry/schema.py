@@ -151,7 +151,8 @@ class WindowV2(Window, frozen=True, gc=False, kw_only=True):
     util_method: UtilMethod | None
 
 
-# The contract's kinds, plus what the agent also sends (nvml_available, batch_rejected).
+# The contract's kinds, plus what the agent also sends (nvml_available, spool_quarantined,
+# batch_rejected).
 # Any other kind decodes (a newer agent must not lose a whole batch for it) and the worker
 # rejects that one event, with its reason, for an operator to see.
 EVENT_KINDS = frozenset(
@@ -165,6 +166,7 @@ EVENT_KINDS = frozenset(
         "nvml_available",
         "nvml_stall",
         "spool_dropped",
+        "spool_quarantined",
         "batch_rejected",
     }
 )

@@ -99,6 +99,7 @@ class TelemetryEvent(models.Model):
         NVML_AVAILABLE = "nvml_available", "NVML available"
         NVML_STALL = "nvml_stall", "NVML stall"
         SPOOL_DROPPED = "spool_dropped", "Spool dropped"
+        SPOOL_QUARANTINED = "spool_quarantined", "Spool quarantined"
         BATCH_REJECTED = "batch_rejected", "Batch rejected"
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="+")

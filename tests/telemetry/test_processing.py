@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
+from telemetry.agent.events import EVENT_KINDS as AGENT_EVENT_KINDS
 from telemetry.models import (
     GpuStateTransition,
     HourlyRollup,
@@ -159,6 +160,24 @@ def test_an_unknown_event_kind_is_rejected_alone(node, post):
     assert (result.windows, result.rejected) == (1, 1)
     assert list(TelemetryEvent.objects.values_list("kind", flat=True)) == ["nvml_available"]
     assert RejectedRecord.objects.get().reason == "unknown_kind"
+
+
+def test_every_event_kind_the_agent_sends_is_kept(node, post):
+    """The agent's kinds (``telemetry.agent.events``) against what the server keeps: a kind
+    the agent sends and the server does not know is accepted, then rejected alone — lost
+    (``spool_quarantined`` was, until this test)."""
+    g0 = node.gpus[0].nvml_uuid
+    events = [
+        event(kind, at(0), gpu_uuid=g0, **({"xid": 79} if kind == "xid" else {}))
+        for kind in AGENT_EVENT_KINDS
+    ]
+    send(post, node, [window(g0, at(0))], events)
+    result = process()
+    assert list(RejectedRecord.objects.values_list("reason", "detail")) == []
+    assert result.rejected == 0
+    assert sorted(TelemetryEvent.objects.values_list("kind", flat=True)) == sorted(
+        AGENT_EVENT_KINDS
+    )
 
 
 def test_the_body_the_agent_sends_is_accepted(node, post):
