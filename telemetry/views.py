@@ -268,7 +268,9 @@ def _agents_enrol(request: HttpRequest) -> JsonResponse:
     except msgspec.DecodeError as exc:
         return problem(400, "bad_request", f"The body is not valid JSON: {exc}.")
     except UnicodeDecodeError:
-        return problem(400, "bad_request", "bootstrap_token is not valid UTF-8.")
+        return problem(
+            400, "bad_request", "bootstrap_token is not valid UTF-8.", field="bootstrap_token"
+        )
     try:
         if not token.isascii():  # tokens are URL-safe base64 (and the hash needs text)
             raise EnrolmentRefused("The bootstrap token is unknown, used or expired.")

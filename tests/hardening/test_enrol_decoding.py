@@ -76,7 +76,18 @@ def test_an_unknown_token_is_403_whatever_else_the_body_holds(client, bare_node)
 )
 def test_a_token_that_cannot_be_one_is_refused(client, bare_node, raw_token, status):
     raw = b'{"bootstrap_token": ' + raw_token + b', "hostname": "h"}'
-    assert post(client, raw).status_code == status
+    response = post(client, raw)
+    assert response.status_code == status
+    if status != 403:
+        assert response.json()["field"] == "bootstrap_token"
+    nothing_enrolled()
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2]", b'"x"', b"null", b"7"])
+def test_a_body_that_is_no_object_is_422(client, bare_node, raw):
+    response = post(client, raw)
+    assert response.status_code == 422
+    assert "Expected `object`" in response.json()["detail"]
     nothing_enrolled()
 
 
