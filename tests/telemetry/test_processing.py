@@ -23,7 +23,7 @@ from telemetry.models import (
 )
 from telemetry.services.derived import derived_drain, rollups_rebuild
 from telemetry.services.processing import batches_process
-from telemetry.testing import batch_document, event, window
+from telemetry.testing import batch_document, event, uuid7, window
 from tests.telemetry.conftest import NOW, undecodable_batch_stored
 
 pytestmark = pytest.mark.usefixtures("now")
@@ -178,6 +178,20 @@ def test_every_event_kind_the_agent_sends_is_kept(node, post):
     assert sorted(TelemetryEvent.objects.values_list("kind", flat=True)) == sorted(
         AGENT_EVENT_KINDS
     )
+
+
+def test_an_event_sent_twice_keeps_its_first_copy(node, post):
+    """docs/agent.md 5.3: the server keeps the first event of a (node, event_id) — within one
+    batch too, where the copies once tied in the insert's order and either could win."""
+    ids = [str(uuid7(int(at(0).timestamp() * 1000) + i)) for i in range(20)]
+    first = [event("nvml_stall", at(0), event_id=i, detail={"copy": "A"}) for i in ids]
+    again = [event("nvml_stall", at(0), event_id=i, detail={"copy": "B"}) for i in ids]
+    send(post, node, [], first + again)
+    send(post, node, [], [event("nvml_stall", at(0), event_id=ids[0], detail={"copy": "C"})])
+    result = process()
+    assert result.rejected == 0
+    kept = TelemetryEvent.objects.values_list("event_id", "detail")
+    assert sorted((str(e), d["copy"]) for e, d in kept) == sorted((i, "A") for i in ids)
 
 
 def test_the_body_the_agent_sends_is_accepted(node, post):

@@ -132,7 +132,9 @@ def _windows_stage(cursor: Any, work: _Work) -> None:
 
 
 def _events_write(cursor: Any, rows: list[tuple[Any, ...]]) -> list[tuple[uuid.UUID, dt.datetime]]:
-    """Inserts events once per (node, event_id); returns the new XIDs' (GPU, time)."""
+    """Inserts events once per (node, event_id), the first copy in ``rows`` (the chunk's
+    batches in order, each batch's events in order) where one comes twice; returns the new
+    XIDs' (GPU, time)."""
     if not rows:
         return []
     columns = list(zip(*rows, strict=True))
@@ -140,9 +142,11 @@ def _events_write(cursor: Any, rows: list[tuple[Any, ...]]) -> list[tuple[uuid.U
         """
         INSERT INTO telemetry_telemetryevent
             (node_id, event_id, gpu_id, gpu_uuid, kind, occurred_at, xid, detail, batch_id)
-        SELECT * FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::text[], %s::text[],
-                             %s::timestamptz[], %s::int[], %s::jsonb[], %s::bigint[])
-        ORDER BY 1, 2
+        SELECT n, e, g, u, k, at, x, d, b
+          FROM unnest(%s::uuid[], %s::uuid[], %s::uuid[], %s::text[], %s::text[],
+                      %s::timestamptz[], %s::int[], %s::jsonb[], %s::bigint[])
+               WITH ORDINALITY AS r(n, e, g, u, k, at, x, d, b, ord)
+        ORDER BY n, e, ord
         ON CONFLICT (node_id, event_id) DO NOTHING
         RETURNING gpu_id, occurred_at, kind
         """,
