@@ -50,12 +50,31 @@ _STATUS = {
 
 def problem(status: int, error: str, detail: str, *, field: str = "", **extra: Any) -> JsonResponse:
     """Errors are ``{"error", "detail", "field"}`` (plus context such as ``window``)."""
-    response = JsonResponse(
-        {"error": error, "detail": detail, "field": field, **extra}, status=status
-    )
+    answer = {"error": error, "detail": detail, "field": field, **extra}
+    response = JsonResponse(_text_valid(answer), status=status)
     if status in (409, 429, 503):
         response["Retry-After"] = "1" if status == 409 else RETRY_AFTER_S
     return response
+
+
+def _text_valid(value: Any) -> Any:
+    """An answer's texts as valid Unicode: a field or window named from a body that is not
+    UTF-8 (or holds half a surrogate pair) carries lone surrogates, which a strict JSON
+    reader refuses in the answer itself. A byte that was not UTF-8 is written ``\\xff``,
+    half a surrogate pair ``\\ud800``: the text as the body had it."""
+    if isinstance(value, dict):
+        return {_text_valid(k): _text_valid(v) for k, v in value.items()}
+    if not isinstance(value, str):
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:  # bytes the lenient reading kept as surrogates (U+DC80–U+DCFF)
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate the body escaped as \uXXXX
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _unauthorized(detail: str) -> JsonResponse:
@@ -112,7 +131,7 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
     signature = request.headers.get("X-Steward-Signature", "")
     key_header = request.headers.get("Idempotency-Key", "")
     tolerance = settings.TELEMETRY_SIGNATURE_TOLERANCE_S
-    if abs(time.time() - timestamp) > tolerance:
+    if abs(int(time.time()) - timestamp) > tolerance:  # whole seconds: ±300 both pass
         return _unauthorized(
             f"X-Steward-Timestamp is more than {tolerance} s from the server's clock."
         )

@@ -53,6 +53,18 @@ def test_invalid_utf8_inside_a_string_is_422_naming_field_and_window(node, post)
     assert answer["window"]["index"] == 0
 
 
+def test_an_answer_naming_a_byte_that_is_not_utf8_is_valid_unicode(node, post):
+    """The field's path holds the bad byte: written ``\\xff``, never as a lone surrogate a
+    strict JSON reader refuses in the answer itself."""
+    document = doc_for(node)
+    body = text_body(document, b'"state_reason"', b'"state\xff_reason"')
+    answer = refused(post(node, document, body=body), says="not valid UTF-8")
+    assert answer["field"] == "windows[0].state\\xff_reason"
+    json.dumps(answer).encode("utf-8")  # no lone surrogate anywhere
+    for text in (answer["field"], answer["detail"], *map(str, answer["window"].values())):
+        text.encode("utf-8")
+
+
 def test_invalid_utf8_in_a_field_the_server_ignores_is_still_422(node, post):
     document = doc_for(node)
     document["gpus"] = [{"name": "PLACEHOLDER"}]

@@ -9,6 +9,7 @@ import uuid
 
 import psycopg
 import pytest
+import time_machine
 
 from telemetry.models import IngestBatch, NodeCredential
 from telemetry.services.ingest import _key_lock_id
@@ -128,6 +129,15 @@ def test_unauthenticated_requests_are_401_and_store_nothing(node, post, case, ex
     assert response.status_code == 401
     assert response.json()["error"] == expected_error
     assert not IngestBatch.objects.exists()
+
+
+def test_a_timestamp_300_s_away_either_way_is_accepted(node, post):
+    """ "More than 300 s from its clock" in whole seconds: a clock 0.9 s into its second
+    refused ``now - 300`` and took ``now + 300`` when the comparison was fractional."""
+    with time_machine.travel(NOW + dt.timedelta(seconds=0.9), tick=False):
+        for delta in (-300, 300):
+            response = post(node, doc_for(node), timestamp=int(NOW.timestamp()) + delta)
+            assert response.status_code == 202, (delta, response.content)
 
 
 def test_a_signature_over_another_body_is_refused(node, post):
