@@ -108,7 +108,7 @@ def test_the_checks_over_prepared_rows_decide_and_write_what_the_checks_over_bod
         v2(g0, at(3), samples_ok=13),  # impossible
         v2(g0, at(4), util_gpu={"min": 50.0000001, "avg": 50.0, "max": 60.0}),  # within
         v2(g0, at(62), (10, 40)),
-        v2(g0, at(6), state="down", state_reason="because"),  # no reason of the contract's
+        v2(g0, at(6), state="down", state_reason="XID 79"),  # no reason of the contract's form
         v2(g0, at(7), state="down", state_reason="xid:79"),  # fine, judged from the body
     ], [event("xid", at(3), gpu_uuid=g0, xid=79), event("gpu_exploded", at(3)),
         event("gpu_lost", at(3), gpu_uuid=g0, xid=79)])  # fmt: skip

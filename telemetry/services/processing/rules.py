@@ -20,8 +20,9 @@ _EPS = 1e-6
 # (``prepared.LAYOUT``), which say whether no rule can fail. Raise it with any change to the
 # rules, and rows prepared under the old ones are made again from their bodies.
 RULES_VERSION = 2
-# Why a GPU is degraded or down (docs/agent.md 5.3): these, or a recovery action NVML asked
-# for (its name, or its number when the agent knows no name) or an XID.
+# Why a GPU is degraded or down (docs/agent.md 5.3): the agent's reasons, the fast path's.
+# Any reason of the same form is possible too (a word, or a word and a value: a recovery
+# action NVML asked for, an XID), so that a newer agent's reason loses no window.
 STATE_REASONS = frozenset(
     {
         "gpu_is_lost",
@@ -35,7 +36,7 @@ STATE_REASONS = frozenset(
         "retired_pages_pending",
     }
 )
-_REASON_WITH_VALUE = re.compile(r"(?:recovery_action:[A-Z0-9_]{1,40}|xid:[0-9]{1,10})\Z")
+_REASON_FORM = re.compile(r"[a-z][a-z_]{0,39}(?::[A-Za-z0-9_]{1,20})?\Z")
 
 
 def _reason_problem(state: str, reason: str | None) -> str | None:
@@ -46,11 +47,11 @@ def _reason_problem(state: str, reason: str | None) -> str | None:
         return f"state_reason {reason!r} on an up window: only degraded or down have a reason"
     if reason is None:
         return f"state is {state!r} but state_reason is null: degraded or down need a reason"
-    if reason in STATE_REASONS or _REASON_WITH_VALUE.match(reason):
+    if _REASON_FORM.match(reason):
         return None
     return (
-        f"state_reason {reason[:80]!r} is not one of {', '.join(sorted(STATE_REASONS))}, "
-        "recovery_action:<NAME> or xid:<n>"
+        f"state_reason {reason[:80]!r} is not a reason: a word of a-z and _, optionally "
+        "followed by : and a value of A-Z, a-z, 0-9 and _ (gpu_is_lost, xid:79)"
     )
 
 
