@@ -442,11 +442,7 @@ def _number_out_of_range_at(prefix: str, raw: bytes) -> str:
             if any(c in value for c in ".eE"):
                 if math.isinf(float(value)):
                     return path
-            # Too many digits for int(), or beyond what msgspec reads into an Any.
-            elif (
-                len(value.lstrip("-")) > sys.get_int_max_str_digits()
-                or not -(2**63) <= int(value) < 2**64
-            ):
+            elif len(value.lstrip("-")) > sys.get_int_max_str_digits():
                 return path
     return ""
 

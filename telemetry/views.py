@@ -29,6 +29,7 @@ from telemetry.jsonguard import (
     lenient,
     stored_value_check,
     text_check,
+    text_problem,
     utf8_check,
 )
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature, signature_matches
@@ -64,6 +65,8 @@ def _text_valid(value: Any) -> Any:
     half a surrogate pair ``\\ud800``: the text as the body had it."""
     if isinstance(value, dict):
         return {_text_valid(k): _text_valid(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_text_valid(v) for v in value]
     if not isinstance(value, str):
         return value
     try:
@@ -256,17 +259,30 @@ def _enrol_token_read(body: bytes) -> str:
         if not error.field:
             raise
         if error.field == "bootstrap_token":
-            raise msgspec.ValidationError(f"{error.detail} - at `$.bootstrap_token`") from None
+            detail = error.detail.rstrip(".")
+            raise msgspec.ValidationError(f"{detail} - at `$.bootstrap_token`") from None
     pairs = lenient(body)
-    token = dict(pairs).get("bootstrap_token") if isinstance(pairs, list) else None
-    # ``lenient`` reads numbers and NaN as str subclasses: only a plain str is a text.
-    if type(token) is not str or not 1 <= len(token) <= 200:
-        raise msgspec.ValidationError(
-            "Expected `str` of length 1 to 200 - at `$.bootstrap_token`"
-            if token is not None
-            else "Object missing required field `bootstrap_token`"
-        )
-    return token
+    found = dict(pairs) if isinstance(pairs, list) else {}
+    if "bootstrap_token" not in found:
+        raise msgspec.ValidationError("Object missing required field `bootstrap_token`")
+    token = found["bootstrap_token"]
+    if type(token) is str:  # ``lenient`` reads numbers and NaN as str subclasses
+        if any("\udc80" <= c <= "\udcff" for c in token):  # bytes that were not UTF-8
+            raise UnicodeDecodeError("utf-8", b"", 0, 1, "bootstrap_token")
+        if any("\ud800" <= c <= "\udfff" for c in token):
+            detail = text_problem(token).rstrip(".")
+            raise msgspec.ValidationError(f"{detail} - at `$.bootstrap_token`")
+        # The token's own bounds, from its one type.
+        return _enrol_token_decoder.decode(
+            msgspec.json.encode({"bootstrap_token": token})
+        ).bootstrap_token
+    got = (
+        "`null`" if token is None
+        else "`bool`" if isinstance(token, bool)
+        else "a number" if isinstance(token, str)  # a number's text, or NaN
+        else "an array or object"
+    )  # fmt: skip
+    raise msgspec.ValidationError(f"Expected `str`, got {got} - at `$.bootstrap_token`")
 
 
 def _agents_enrol(request: HttpRequest) -> JsonResponse:
