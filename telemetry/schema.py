@@ -151,25 +151,9 @@ class WindowV2(Window, frozen=True, gc=False, kw_only=True):
     util_method: UtilMethod | None
 
 
-# The contract's kinds, plus what the agent also sends (nvml_available, spool_quarantined,
-# batch_rejected).
-# Any other kind decodes (a newer agent must not lose a whole batch for it) and the worker
-# rejects that one event, with its reason, for an operator to see.
-EVENT_KINDS = frozenset(
-    {
-        "xid",
-        "gpu_lost",
-        "gpu_recovered",
-        "gpu_missing",
-        "gpu_appeared",
-        "nvml_unavailable",
-        "nvml_available",
-        "nvml_stall",
-        "spool_dropped",
-        "spool_quarantined",
-        "batch_rejected",
-    }
-)
+# Any kind decodes (a newer agent must not lose a whole batch for it); the worker keeps the
+# kinds ``TelemetryEvent.Kind`` names and rejects any other event alone, with its reason, for
+# an operator to see.
 EventKind = Annotated[str, msgspec.Meta(min_length=1, max_length=20)]
 
 

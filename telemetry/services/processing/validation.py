@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from telemetry.schema import EVENT_KINDS, Batch, SchemaError, Window, batch_decode_gzip
+from telemetry.models import TelemetryEvent
+from telemetry.schema import Batch, SchemaError, Window, batch_decode_gzip
 from telemetry.services.processing.copy import _to_builtins, _window_row
 from telemetry.services.processing.prepared import (
     COPY_SIGNATURE,
@@ -479,6 +480,11 @@ def _validate_prepared(
             since = instants[lo] = instant(lo)
         work.marks[(nvml, at)] = since
     return work
+
+
+# The kinds the server keeps: the contract's, plus what the agent also sends (nvml_available,
+# spool_quarantined, batch_rejected) — one list, the stored column's choices.
+EVENT_KINDS = frozenset(TelemetryEvent.Kind.values)
 
 
 def _events_check(work: _Work, item: _Loaded, node: _NodePlacements, future: dt.datetime) -> None:
