@@ -1,4 +1,5 @@
-"""Batch body schemas 1 and 2, decoded by msgspec into typed structs (no generic walk).
+"""Batch body schemas 1 and 2 (and the enrolment body's), decoded by msgspec into typed
+structs (no generic walk).
 
 Each field carries its own bounds, so a NaN, a negative counter or a 101 % utilization fails
 decoding with the path of the field (``$.windows[3].util_gpu.max``). Cross-field
@@ -40,6 +41,7 @@ from telemetry.jsonguard import (
     lenient,
     stored_value_check,
     text_check,
+    text_problem,
     utf8_check,
     walk,
 )
@@ -366,6 +368,76 @@ def json_error(exc: msgspec.MsgspecError, raw: bytes) -> SchemaError:
     if isinstance(exc, msgspec.ValidationError):
         return _schema_error(str(exc), raw)
     return _decode_error(str(exc), raw)
+
+
+# The enrolment body (docs/agent.md 5.1).
+ENROL_MAX_BODY_BYTES = 256 * 1024
+ENROL_MAX_GPUS = 256
+ENROL_MAX_TEXT = 200  # characters of each key and text in ``gpus``
+BootstrapTokenText = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class _EnrolToken(msgspec.Struct, frozen=True):
+    """Only the token: read first, so that no one without one reaches the rest."""
+
+    bootstrap_token: BootstrapTokenText
+
+
+class EnrolRequest(msgspec.Struct, frozen=True):
+    bootstrap_token: BootstrapTokenText
+    hostname: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    gpus: Annotated[list[dict[str, Any]], msgspec.Meta(max_length=ENROL_MAX_GPUS)] = []
+    agent_version: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+
+
+_enrol_token_decoder = msgspec.json.Decoder(_EnrolToken)
+_enrol_decoder = msgspec.json.Decoder(EnrolRequest)
+
+
+def enrol_decode(body: bytes) -> EnrolRequest:
+    """The whole enrolment body, typed (after its token was found good)."""
+    return _enrol_decoder.decode(body)
+
+
+def enrol_token_read(body: bytes) -> str:
+    """An enrolment body's bootstrap token, every other value skipped: read before the rest
+    is decoded, so that no one without a good token reaches it (the view answers a
+    ValidationError 422, a DecodeError or UnicodeDecodeError 400). The body must be JSON;
+    half a surrogate pair or a non-finite number elsewhere in it (which msgspec refuses as
+    malformed, and the batch endpoint answers with 422 naming the field) is let through to
+    the checks after the token, which name it: the token is read then from a lenient reading
+    of the body."""
+    try:
+        return _enrol_token_decoder.decode(body).bootstrap_token
+    except msgspec.DecodeError as exc:
+        error = json_error(exc, body)
+        if not error.field:
+            raise
+        if error.field == "bootstrap_token":
+            detail = error.detail.rstrip(".")
+            raise msgspec.ValidationError(f"{detail} - at `$.bootstrap_token`") from None
+    pairs = lenient(body)
+    found = dict(pairs) if isinstance(pairs, list) else {}
+    if "bootstrap_token" not in found:
+        raise msgspec.ValidationError("Object missing required field `bootstrap_token`")
+    token = found["bootstrap_token"]
+    if type(token) is str:  # ``lenient`` reads numbers and NaN as str subclasses
+        if any("\udc80" <= c <= "\udcff" for c in token):  # bytes that were not UTF-8
+            raise UnicodeDecodeError("utf-8", b"", 0, 1, "bootstrap_token")
+        if any("\ud800" <= c <= "\udfff" for c in token):
+            detail = text_problem(token).rstrip(".")
+            raise msgspec.ValidationError(f"{detail} - at `$.bootstrap_token`")
+        # The token's own bounds, from its one type.
+        return _enrol_token_decoder.decode(
+            msgspec.json.encode({"bootstrap_token": token})
+        ).bootstrap_token
+    got = (
+        "`null`" if token is None
+        else "`bool`" if isinstance(token, bool)
+        else "a number" if isinstance(token, str)  # a number's text, or NaN
+        else "an array or object"
+    )  # fmt: skip
+    raise msgspec.ValidationError(f"Expected `str`, got {got} - at `$.bootstrap_token`")
 
 
 def _decode_error(message: str, raw: bytes) -> SchemaError:

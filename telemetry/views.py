@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 from django.conf import settings
@@ -26,14 +26,21 @@ from telemetry.jsonguard import (
     JsonRefused,
     depth_check,
     duplicate_key_check,
-    lenient,
     stored_value_check,
     text_check,
-    text_problem,
     utf8_check,
 )
 from telemetry.keys import node_key_derive, node_key_sha256, request_signature, signature_matches
-from telemetry.schema import BodyTooLarge, SchemaError, batch_decode_gzip, json_error
+from telemetry.schema import (
+    ENROL_MAX_BODY_BYTES,
+    ENROL_MAX_TEXT,
+    BodyTooLarge,
+    SchemaError,
+    batch_decode_gzip,
+    enrol_decode,
+    enrol_token_read,
+    json_error,
+)
 from telemetry.selectors import node_credential_current
 from telemetry.services.enrolment import EnrolmentRefused, bootstrap_token_check, node_enrol
 from telemetry.services.ingest import Outcome, batch_receive
@@ -211,29 +218,6 @@ def _batches_receive(request: HttpRequest) -> JsonResponse:
     return JsonResponse(receipt.answer, status=_STATUS[receipt.outcome])
 
 
-ENROL_MAX_BODY_BYTES = 256 * 1024
-ENROL_MAX_GPUS = 256
-ENROL_MAX_TEXT = 200  # characters of each key and text in ``gpus``
-BootstrapTokenText = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-
-
-class _EnrolToken(msgspec.Struct, frozen=True):
-    """Only the token: read first, so that no one without one reaches the rest."""
-
-    bootstrap_token: BootstrapTokenText
-
-
-class _EnrolRequest(msgspec.Struct, frozen=True):
-    bootstrap_token: BootstrapTokenText
-    hostname: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
-    gpus: Annotated[list[dict[str, Any]], msgspec.Meta(max_length=ENROL_MAX_GPUS)] = []
-    agent_version: Annotated[str, msgspec.Meta(max_length=64)] | None = None
-
-
-_enrol_token_decoder = msgspec.json.Decoder(_EnrolToken)
-_enrol_decoder = msgspec.json.Decoder(_EnrolRequest)
-
-
 @csrf_exempt
 @require_POST
 def agents_enrol(request: HttpRequest) -> JsonResponse:
@@ -247,44 +231,6 @@ def agents_enrol(request: HttpRequest) -> JsonResponse:
         return problem(503, "unavailable", "The database is unavailable; retry later.")
 
 
-def _enrol_token_read(body: bytes) -> str:
-    """The bootstrap token, every other value skipped. The body must be JSON; half a surrogate
-    pair or a non-finite number elsewhere in it (which msgspec refuses as malformed, and the
-    batch endpoint answers with 422 naming the field) is let through to the checks after the
-    token, which name it: the token is read then from a lenient reading of the body."""
-    try:
-        return _enrol_token_decoder.decode(body).bootstrap_token
-    except msgspec.DecodeError as exc:
-        error = json_error(exc, body)
-        if not error.field:
-            raise
-        if error.field == "bootstrap_token":
-            detail = error.detail.rstrip(".")
-            raise msgspec.ValidationError(f"{detail} - at `$.bootstrap_token`") from None
-    pairs = lenient(body)
-    found = dict(pairs) if isinstance(pairs, list) else {}
-    if "bootstrap_token" not in found:
-        raise msgspec.ValidationError("Object missing required field `bootstrap_token`")
-    token = found["bootstrap_token"]
-    if type(token) is str:  # ``lenient`` reads numbers and NaN as str subclasses
-        if any("\udc80" <= c <= "\udcff" for c in token):  # bytes that were not UTF-8
-            raise UnicodeDecodeError("utf-8", b"", 0, 1, "bootstrap_token")
-        if any("\ud800" <= c <= "\udfff" for c in token):
-            detail = text_problem(token).rstrip(".")
-            raise msgspec.ValidationError(f"{detail} - at `$.bootstrap_token`")
-        # The token's own bounds, from its one type.
-        return _enrol_token_decoder.decode(
-            msgspec.json.encode({"bootstrap_token": token})
-        ).bootstrap_token
-    got = (
-        "`null`" if token is None
-        else "`bool`" if isinstance(token, bool)
-        else "a number" if isinstance(token, str)  # a number's text, or NaN
-        else "an array or object"
-    )  # fmt: skip
-    raise msgspec.ValidationError(f"Expected `str`, got {got} - at `$.bootstrap_token`")
-
-
 def _agents_enrol(request: HttpRequest) -> JsonResponse:
     body = request.body
     if len(body) > ENROL_MAX_BODY_BYTES:
@@ -296,7 +242,7 @@ def _agents_enrol(request: HttpRequest) -> JsonResponse:
     except JsonRefused as exc:
         return problem(400, "bad_request", exc.detail)
     try:
-        token = _enrol_token_read(body)
+        token = enrol_token_read(body)
     except msgspec.ValidationError as exc:
         field = "bootstrap_token" if "bootstrap_token" in str(exc) else ""
         return problem(422, "invalid_request", str(exc), field=field)
@@ -317,7 +263,7 @@ def _agents_enrol(request: HttpRequest) -> JsonResponse:
     except JsonRefused as exc:
         return problem(400, "bad_request", exc.detail, field=exc.field)
     try:
-        payload = _enrol_decoder.decode(body)
+        payload = enrol_decode(body)
         duplicate_key_check(body)
         found = text_check(body)  # in any text or key, as a batch
         if found is not None:
